@@ -1,0 +1,45 @@
+"""Shared fixtures: fresh Dynamo state per test, and proof that MAX ran."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from torch_max_backend.runtime.compiled_graph import CompiledGraph
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class MaxCalls:
+    """Counts calls into compiled MAX graphs, by graph kind."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def of(self, kind: str) -> int:
+        return sum(1 for n in self.names if n.startswith(kind))
+
+
+@pytest.fixture
+def max_calls(monkeypatch: pytest.MonkeyPatch) -> MaxCalls:
+    """Every call of a compiled MAX graph is recorded: tests assert MAX really ran."""
+    calls = MaxCalls()
+    original = CompiledGraph.__call__
+
+    def counted(self: CompiledGraph, args: list) -> list:
+        calls.names.append(self.name)
+        return original(self, args)
+
+    monkeypatch.setattr(CompiledGraph, "__call__", counted)
+    return calls

@@ -1,0 +1,78 @@
+"""The public registry: exact overload keys, user overrides, derived decompositions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from max.graph import ops
+
+from torch_max_backend import MAPPING_TORCH_ATEN_TO_MAX, lowering, max_backend
+from torch_max_backend.lowering.registry import decomposition_table
+
+aten = torch.ops.aten
+
+
+@pytest.fixture
+def restore_tanh():
+    original = MAPPING_TORCH_ATEN_TO_MAX[aten.tanh.default]
+    yield
+    MAPPING_TORCH_ATEN_TO_MAX[aten.tanh.default] = original
+
+
+def test_user_override_changes_the_compiled_result(restore_tanh, max_calls):
+    def doubled_tanh(x):
+        return ops.mul(ops.tanh(x), ops.constant(2.0, x.dtype, device=x.device))
+
+    MAPPING_TORCH_ATEN_TO_MAX[aten.tanh.default] = doubled_tanh
+    x = torch.randn(5)
+    got = torch.compile(torch.tanh, backend=max_backend)(x)
+    torch.testing.assert_close(got, 2 * torch.tanh(x))
+    assert max_calls.count == 1
+
+
+def test_packet_key_means_default_overload(restore_tanh):
+    def custom(x):
+        return x
+
+    MAPPING_TORCH_ATEN_TO_MAX[aten.tanh] = custom
+    assert MAPPING_TORCH_ATEN_TO_MAX[aten.tanh.default] is custom
+    assert MAPPING_TORCH_ATEN_TO_MAX[aten.tanh] is custom
+    assert all(type(k) is torch._ops.OpOverload for k in MAPPING_TORCH_ATEN_TO_MAX)
+
+
+def test_bad_keys_and_values_are_rejected():
+    with pytest.raises(TypeError, match="keys are ATen operators"):
+        MAPPING_TORCH_ATEN_TO_MAX["tanh"] = lambda x: x
+    with pytest.raises(TypeError, match="must be callable"):
+        MAPPING_TORCH_ATEN_TO_MAX[aten.tanh.default] = 3
+
+
+def test_lowering_decorator_refuses_packets_and_duplicates():
+    with pytest.raises(TypeError, match="exact overloads"):
+        lowering(aten.tanh)(lambda x: x)
+    with pytest.raises(ValueError, match="registered twice"):
+        lowering(aten.tanh.default)(lambda x: x)
+
+
+def test_decompositions_skip_lowered_ops():
+    table = decomposition_table()
+    # We lower these ourselves, so they must reach us undecomposed...
+    for op in (
+        aten.native_layer_norm.default,
+        aten._softmax.default,
+        aten.addmm.default,
+    ):
+        assert op in MAPPING_TORCH_ATEN_TO_MAX
+        assert op not in table
+    # ...while ops we do not lower keep their decomposition.
+    assert aten.native_layer_norm_backward.default not in MAPPING_TORCH_ATEN_TO_MAX
+    assert aten.native_layer_norm_backward.default in table
+
+
+def test_every_lowering_documents_its_schemas():
+    # One function may serve several overloads; its docstring then lists the
+    # exact schema of each, one per line.
+    for op, fn in MAPPING_TORCH_ATEN_TO_MAX.items():
+        lines = [line.strip() for line in (fn.__doc__ or "").strip().splitlines()]
+        schema = str(op._schema).removeprefix("aten::")
+        assert schema in lines, f"{op}: docstring lacks its schema {schema}"

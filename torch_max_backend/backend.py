@@ -1,0 +1,101 @@
+"""The ``torch.compile`` entry point: Dynamo graph -> AOTAutograd -> MAX.
+
+Registered as ``backend="max"`` through the ``torch_dynamo_backends`` entry
+point in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import default_partition
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from .errors import MaxCompilerError
+from .lowering import ops as _ops  # noqa: F401  (registers the lowerings)
+from .lowering.graph_builder import build_graph, check_supported
+from .lowering.registry import decomposition_table
+from .runtime.compiled_graph import CompiledGraph, GraphStats, ProfiledCompiledGraph
+from .runtime.session import compile_graph
+from .settings import Settings
+
+_graph_ids = itertools.count()
+
+
+def compile_aten_graph(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[object],
+    *,
+    settings: Settings,
+    kind: str,
+) -> CompiledGraph:
+    """Compile one ATen graph (forward, backward or inference) to a MAX callable."""
+    name = f"{kind}_{next(_graph_ids)}"
+    if settings.verbose:
+        print(f"torch-max-backend: ATen graph {name}:")
+        print(gm.print_readable(print_output=False))
+    # AOTAutograd calls compilers under its fake mode; constants and scalar
+    # inputs must be real tensors.
+    with unset_fake_temporarily():
+        built = build_graph(gm)
+    if settings.verbose:
+        print(f"torch-max-backend: MAX graph {name}:\n{built.graph}")
+    start = time.perf_counter()
+    model = None
+    cached = True
+    if built.num_graph_outputs:
+        try:
+            model, record = compile_graph(built.graph, built.device)
+        except Exception as e:
+            raise MaxCompilerError(
+                f"MAX failed to compile graph {name} ({len(gm.graph.nodes)} FX "
+                f"nodes) for {built.device}: {type(e).__name__}: {e}\n"
+                "Set TORCH_MAX_BACKEND_VERBOSE=1 to print the graphs."
+            ) from e
+        cached = record.cached
+    seconds = time.perf_counter() - start
+    if settings.profile:
+        print(f"torch-max-backend: compiled {name} in {seconds:.2f}s")
+        stats = GraphStats(name, seconds, cached)
+        with unset_fake_temporarily():
+            return ProfiledCompiledGraph(name, model, built, stats)
+    with unset_fake_temporarily():
+        return CompiledGraph(name, model, built)
+
+
+def _checked_partition(
+    joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any
+) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    # Check forward and backward together, before anything compiles, so that
+    # one error lists every unsupported op of the training step.
+    check_supported([joint])
+    return default_partition(joint, joint_inputs, **kwargs)
+
+
+def max_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[object],
+    options: object = None,
+) -> Callable[..., Any]:
+    """A ``torch.compile`` backend running the model on MAX.
+
+    ``torch.compile(model, backend=max_backend, options={"verbose": True})``;
+    see ``Settings`` for the options and their environment variables.
+    """
+    settings = Settings.resolve(options)
+    compiler = functools.partial(compile_aten_graph, settings=settings)
+    backend = aot_autograd(
+        fw_compiler=functools.partial(compiler, kind="forward"),
+        bw_compiler=functools.partial(compiler, kind="backward"),
+        inference_compiler=functools.partial(compiler, kind="inference"),
+        decompositions=decomposition_table(),
+        partition_fn=_checked_partition,
+        keep_inference_input_mutations=True,
+    )
+    return backend(gm, example_inputs)

@@ -1,0 +1,1 @@
+"""ATen -> MAX lowering: the registry, shared helpers, and op families."""

@@ -1,0 +1,55 @@
+"""What a lowering may ask about the node being built: its device and output meta.
+
+The graph builder enters one ``LoweringContext`` per node; lowerings read it
+through ``current()`` instead of taking an extra argument, so that their
+signatures stay those of the ATen schema.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+from max.graph import DeviceRef
+
+
+@dataclass(frozen=True)
+class LoweringContext:
+    node: torch.fx.Node
+    device: DeviceRef
+
+    @property
+    def out_meta(self) -> object:
+        """The FakeTensor (or list of them, or SymInt) this node produces."""
+        return self.node.meta.get("val")
+
+    @property
+    def out_dtype(self) -> torch.dtype:
+        meta = self.out_meta
+        if isinstance(meta, (list, tuple)):
+            meta = meta[0]
+        if not isinstance(meta, torch.Tensor):
+            raise TypeError(f"node {self.node.name} does not produce a tensor")
+        return meta.dtype
+
+
+_CURRENT: ContextVar[LoweringContext | None] = ContextVar("max_lowering", default=None)
+
+
+def current() -> LoweringContext:
+    ctx = _CURRENT.get()
+    if ctx is None:
+        raise RuntimeError("lowerings run only inside the graph builder")
+    return ctx
+
+
+@contextlib.contextmanager
+def lowering_node(node: torch.fx.Node, device: DeviceRef) -> Iterator[None]:
+    token = _CURRENT.set(LoweringContext(node, device))
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)

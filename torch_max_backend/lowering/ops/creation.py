@@ -1,0 +1,129 @@
+"""Tensors made from sizes and values: full, scalar_tensor, arange, ..."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from max.graph import TensorValue, ops
+
+from ..context import current
+from ..registry import lowering
+from ..scalars import Operand, as_tensor, out_max_dtype
+from ..shapes import SizeLike
+
+aten = torch.ops.aten
+
+
+def _filled(shape: Sequence[SizeLike], value: Operand) -> TensorValue:
+    scalar = as_tensor(value, out_max_dtype())
+    return ops.broadcast_to(scalar, list(shape)) if len(shape) else scalar
+
+
+@lowering(aten.full.default)
+def full(
+    size: Sequence[SizeLike],
+    fill_value: Operand,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+) -> TensorValue:
+    """full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    return _filled(size, fill_value)
+
+
+@lowering(aten.full_like.default)
+def full_like(
+    self: TensorValue,
+    fill_value: Operand,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+    memory_format: torch.memory_format | None = None,
+) -> TensorValue:
+    """full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"""
+    return _filled(list(self.shape), fill_value)
+
+
+@lowering(aten.empty.memory_format)
+def empty(
+    size: Sequence[SizeLike],
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+    memory_format: torch.memory_format | None = None,
+) -> TensorValue:
+    """empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"""
+    # Uninitialized memory may hold anything; zeros are one valid choice.
+    return _filled(size, 0)
+
+
+@lowering(aten.scalar_tensor.default)
+def scalar_tensor(
+    s: Operand,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+) -> TensorValue:
+    """scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    return as_tensor(s, out_max_dtype())
+
+
+def _static_range(node: torch.fx.Node) -> str | None:
+    args = [a for a in node.args if isinstance(a, torch.fx.Node)]
+    return "arange with symbolic bounds" if args else None
+
+
+@lowering(
+    aten.arange.start_step,
+    aten.arange.start,
+    lift_scalars=False,
+    supports=_static_range,
+)
+def arange(
+    start: int | float,
+    end: int | float,
+    step: int | float = 1,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+) -> TensorValue:
+    """arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+    arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+    """
+    length = max(0, math.ceil((end - start) / step))
+    out = out_max_dtype()
+    # The end is recomputed from the length so that MAX's shape inference
+    # agrees with torch's ceil((end - start) / step).
+    return ops.range(
+        start,
+        start + length * step,
+        step,
+        out_dim=length,
+        dtype=out,
+        device=current().device,
+    )
+
+
+@lowering(aten.arange.default, lift_scalars=False, supports=_static_range)
+def arange_end(
+    end: int | float,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+) -> TensorValue:
+    """arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    return arange(0, end, 1)

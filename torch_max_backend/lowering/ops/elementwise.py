@@ -1,0 +1,361 @@
+"""Elementwise arithmetic, math, comparisons, logic and ``where``.
+
+Type promotion and Python scalars go through ``promote``/``as_tensor`` so that
+every op follows torch's rules the same way; MAX broadcasts operands itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from max.dtype import DType
+from max.graph import TensorValue, ops
+
+from ..registry import lowering
+from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
+
+aten = torch.ops.aten
+
+
+def _is_one(x: Operand) -> bool:
+    return not isinstance(x, (TensorValue, ScalarArg)) and x == 1
+
+
+def _scaled(x: TensorValue, alpha: Operand) -> TensorValue:
+    return x if _is_one(alpha) else ops.mul(x, as_tensor(alpha, x.dtype))
+
+
+# -- arithmetic ----------------------------------------------------------------
+
+
+@lowering(aten.add.Tensor, aten.add.Scalar)
+def add(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
+    """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+    add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
+    """
+    a, b = promote(self, other)
+    if a.dtype == DType.bool:
+        return ops.logical_or(a, b)
+    return ops.add(a, _scaled(b, alpha))
+
+
+@lowering(aten.sub.Tensor, aten.sub.Scalar)
+def sub(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
+    """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+    sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
+    """
+    a, b = promote(self, other)
+    return ops.sub(a, _scaled(b, alpha))
+
+
+@lowering(aten.rsub.Scalar, aten.rsub.Tensor)
+def rsub(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
+    """rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
+    rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+    """
+    a, b = promote(self, other)
+    return ops.sub(b, _scaled(a, alpha))
+
+
+@lowering(aten.mul.Tensor, aten.mul.Scalar)
+def mul(self: Operand, other: Operand) -> TensorValue:
+    """mul.Tensor(Tensor self, Tensor other) -> Tensor
+    mul.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    a, b = promote(self, other)
+    if a.dtype == DType.bool:
+        return ops.logical_and(a, b)
+    return ops.mul(a, b)
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar)
+def div(self: Operand, other: Operand) -> TensorValue:
+    """div.Tensor(Tensor self, Tensor other) -> Tensor
+    div.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    out = out_max_dtype()  # true division: integers promote to float
+    return ops.div(as_tensor(self, out), as_tensor(other, out))
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(
+    self: Operand, other: Operand, *, rounding_mode: str | None
+) -> TensorValue:
+    """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor
+    div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor
+    """
+    if rounding_mode is None:
+        return div(self, other)
+    a, b = promote(self, other)
+    if a.dtype.is_float():
+        q = ops.div(a, b)
+        return ops.floor(q) if rounding_mode == "floor" else ops.trunc(q)
+    floor_q = ops.floor_div(a, b)
+    if rounding_mode == "floor":
+        return floor_q
+    # Integer truncation rounds towards zero: undo floor's step down for
+    # negative inexact quotients.
+    inexact = ops.not_equal(ops.mul(floor_q, b), a)
+    negative = ops.logical_xor(ops.greater(0, a), ops.greater(0, b))
+    one = as_tensor(1, a.dtype)
+    return ops.where(ops.logical_and(inexact, negative), ops.add(floor_q, one), floor_q)
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar)
+def remainder(self: Operand, other: Operand) -> TensorValue:
+    """remainder.Tensor(Tensor self, Tensor other) -> Tensor
+    remainder.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    a, b = promote(self, other)
+    # Python semantics: the result takes the sign of the divisor.
+    if a.dtype.is_float():
+        return ops.sub(a, ops.mul(ops.floor(ops.div(a, b)), b))
+    return ops.sub(a, ops.mul(ops.floor_div(a, b), b))
+
+
+@lowering(aten.neg.default)
+def neg(self: TensorValue) -> TensorValue:
+    """neg(Tensor self) -> Tensor"""
+    return ops.negate(self)
+
+
+@lowering(aten.maximum.default)
+def maximum(self: TensorValue, other: TensorValue) -> TensorValue:
+    """maximum(Tensor self, Tensor other) -> Tensor"""
+    a, b = promote(self, other)
+    return ops._elementwise_max(a, b)
+
+
+@lowering(aten.minimum.default)
+def minimum(self: TensorValue, other: TensorValue) -> TensorValue:
+    """minimum(Tensor self, Tensor other) -> Tensor"""
+    a, b = promote(self, other)
+    return ops._elementwise_min(a, b)
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor)
+def clamp(
+    self: TensorValue, min: Operand | None = None, max: Operand | None = None
+) -> TensorValue:
+    """clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor
+    clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor
+    """
+    out = out_max_dtype()
+    x = as_tensor(self, out)
+    if min is not None:
+        x = ops._elementwise_max(x, as_tensor(min, out))
+    if max is not None:
+        x = ops._elementwise_min(x, as_tensor(max, out))
+    return x
+
+
+def _integral_power(x: TensorValue, n: int) -> TensorValue:
+    # Exact like torch for small integer powers, also for negative bases.
+    result = x
+    for _ in range(abs(n) - 1):
+        result = ops.mul(result, x)
+    return ops.div(as_tensor(1, x.dtype), result) if n < 0 else result
+
+
+@lowering(aten.pow.Tensor_Scalar, lift_scalars=False)
+def pow_tensor_scalar(self: TensorValue, exponent: float | int | bool) -> TensorValue:
+    """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor"""
+    x = as_tensor(self, out_max_dtype())
+    e = float(exponent)
+    if e == 0:
+        return ops.broadcast_to(as_tensor(1, x.dtype), x.shape)
+    if e.is_integer() and abs(e) <= 8:
+        return _integral_power(x, int(e))
+    if e == 0.5:
+        return ops.sqrt(x)
+    if e == -0.5:
+        return ops.rsqrt(x)
+    if e.is_integer():
+        # |x|^n carries the sign of x for odd n.
+        magnitude = ops.pow(ops.abs(x), as_tensor(e, x.dtype))
+        if int(e) % 2 == 0:
+            return magnitude
+        return ops.where(ops.greater(0, x), ops.negate(magnitude), magnitude)
+    return ops.pow(x, as_tensor(e, x.dtype))
+
+
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def pow_tensor(self: Operand, exponent: Operand) -> TensorValue:
+    """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor
+    pow.Scalar(Scalar self, Tensor exponent) -> Tensor
+    """
+    out = out_max_dtype()
+    return ops.pow(as_tensor(self, out), as_tensor(exponent, out))
+
+
+# -- unary math: computed in the output dtype (integers promote to float) ------
+
+
+def _unary(op: torch._ops.OpOverload, fn: Callable[[TensorValue], TensorValue]) -> None:
+    def lower(self: TensorValue) -> TensorValue:
+        return fn(as_tensor(self, out_max_dtype()))
+
+    lower.__name__ = op.__name__.split(".")[0]
+    lower.__doc__ = str(op._schema).removeprefix("aten::")
+    lowering(op)(lower)
+
+
+for _op, _fn in [
+    (aten.abs.default, ops.abs),
+    (aten.exp.default, ops.exp),
+    (aten.log.default, ops.log),
+    (aten.log1p.default, ops.log1p),
+    (aten.sqrt.default, ops.sqrt),
+    (aten.rsqrt.default, ops.rsqrt),
+    (aten.sin.default, ops.sin),
+    (aten.cos.default, ops.cos),
+    (aten.erf.default, ops.erf),
+    (aten.floor.default, ops.floor),
+    (aten.ceil.default, ops.ceil),
+    (aten.trunc.default, ops.trunc),
+    (aten.round.default, ops.round),
+]:
+    _unary(_op, _fn)
+
+
+@lowering(aten.reciprocal.default)
+def reciprocal(self: TensorValue) -> TensorValue:
+    """reciprocal(Tensor self) -> Tensor"""
+    x = as_tensor(self, out_max_dtype())
+    return ops.div(as_tensor(1, x.dtype), x)
+
+
+@lowering(aten.expm1.default)
+def expm1(self: TensorValue) -> TensorValue:
+    """expm1(Tensor self) -> Tensor"""
+    x = as_tensor(self, out_max_dtype())
+    return ops.sub(ops.exp(x), as_tensor(1, x.dtype))
+
+
+@lowering(aten.sign.default)
+def sign(self: TensorValue) -> TensorValue:
+    """sign(Tensor self) -> Tensor"""
+    zero = as_tensor(0, self.dtype)
+    positive = ops.cast(ops.greater(self, zero), self.dtype)
+    negative = ops.cast(ops.greater(zero, self), self.dtype)
+    return ops.sub(positive, negative)
+
+
+@lowering(aten.isnan.default)
+def isnan(self: TensorValue) -> TensorValue:
+    """isnan(Tensor self) -> Tensor"""
+    if not self.dtype.is_float():
+        return ops.broadcast_to(as_tensor(False, DType.bool), self.shape)
+    return ops.is_nan(self)
+
+
+# -- comparisons ----------------------------------------------------------------
+
+
+def _compare(
+    op: torch._ops.OpOverload,
+    fn: Callable[[TensorValue, TensorValue], TensorValue],
+    swap: bool,
+) -> None:
+    def lower(self: Operand, other: Operand) -> TensorValue:
+        a, b = promote(self, other)
+        return fn(b, a) if swap else fn(a, b)
+
+    lower.__name__ = op.__name__.replace(".", "_")
+    lower.__doc__ = str(op._schema).removeprefix("aten::")
+    lowering(op)(lower)
+
+
+for _name, _fn, _swap in [
+    ("eq", ops.equal, False),
+    ("ne", ops.not_equal, False),
+    ("gt", ops.greater, False),
+    ("ge", ops.greater_equal, False),
+    ("lt", ops.greater, True),
+    ("le", ops.greater_equal, True),
+]:
+    for _overload in ("Tensor", "Scalar"):
+        _compare(getattr(getattr(aten, _name), _overload), _fn, _swap)
+
+
+# -- logic ---------------------------------------------------------------------
+
+
+def _as_bool(x: Operand) -> TensorValue:
+    if isinstance(x, TensorValue) and x.dtype != DType.bool:
+        return ops.not_equal(x, as_tensor(0, x.dtype))
+    return as_tensor(x, DType.bool)
+
+
+@lowering(aten.logical_not.default)
+def logical_not(self: TensorValue) -> TensorValue:
+    """logical_not(Tensor self) -> Tensor"""
+    return ops.logical_not(_as_bool(self))
+
+
+@lowering(aten.logical_and.default)
+def logical_and(self: TensorValue, other: TensorValue) -> TensorValue:
+    """logical_and(Tensor self, Tensor other) -> Tensor"""
+    return ops.logical_and(_as_bool(self), _as_bool(other))
+
+
+@lowering(aten.logical_or.default)
+def logical_or(self: TensorValue, other: TensorValue) -> TensorValue:
+    """logical_or(Tensor self, Tensor other) -> Tensor"""
+    return ops.logical_or(_as_bool(self), _as_bool(other))
+
+
+@lowering(aten.logical_xor.default)
+def logical_xor(self: TensorValue, other: TensorValue) -> TensorValue:
+    """logical_xor(Tensor self, Tensor other) -> Tensor"""
+    return ops.logical_xor(_as_bool(self), _as_bool(other))
+
+
+def _bool_only(node: torch.fx.Node) -> str | None:
+    # MAX has no bitwise ops on integers; on bools they are the logical ones.
+    for arg in node.args:
+        meta = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+        dtype = meta.dtype if isinstance(meta, torch.Tensor) else type(meta)
+        if dtype not in (torch.bool, bool):
+            return f"bitwise op on {dtype} (only bool tensors are supported)"
+    return None
+
+
+@lowering(aten.bitwise_and.Tensor, supports=_bool_only)
+def bitwise_and(self: TensorValue, other: TensorValue) -> TensorValue:
+    """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor"""
+    return ops.logical_and(self, other)
+
+
+@lowering(aten.bitwise_or.Tensor, supports=_bool_only)
+def bitwise_or(self: TensorValue, other: TensorValue) -> TensorValue:
+    """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor"""
+    return ops.logical_or(self, other)
+
+
+@lowering(aten.bitwise_not.default, supports=_bool_only)
+def bitwise_not(self: TensorValue) -> TensorValue:
+    """bitwise_not(Tensor self) -> Tensor"""
+    return ops.logical_not(self)
+
+
+@lowering(
+    aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar
+)
+def where(condition: TensorValue, self: Operand, other: Operand) -> TensorValue:
+    """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor
+    where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor
+    where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor
+    where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor
+    """
+    out = out_max_dtype()
+    return ops.where(_as_bool(condition), as_tensor(self, out), as_tensor(other, out))
+
+
+@lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(self: TensorValue, mask: TensorValue, value: Operand) -> TensorValue:
+    """masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor
+    masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor
+    """
+    return ops.where(_as_bool(mask), as_tensor(value, self.dtype), self)

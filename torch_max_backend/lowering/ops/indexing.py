@@ -1,0 +1,131 @@
+"""Gathers by index: embedding, index_select, ..."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from max.dtype import DType
+from max.graph import Dim, StaticDim, TensorValue, ops
+
+from ..registry import lowering
+from ..scalars import as_tensor
+from ..shapes import normalize_dim, static_size
+
+aten = torch.ops.aten
+
+
+@lowering(aten.embedding.default)
+def embedding(
+    weight: TensorValue,
+    indices: TensorValue,
+    padding_idx: int = -1,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> TensorValue:
+    """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
+    return ops.gather(weight, indices, axis=0)
+
+
+@lowering(aten.index_select.default)
+def index_select(self: TensorValue, dim: int, index: TensorValue) -> TensorValue:
+    """index_select(Tensor self, int dim, Tensor index) -> Tensor"""
+    return ops.gather(self, index, axis=normalize_dim(dim, self.rank))
+
+
+def _tensor_indices_only(node: torch.fx.Node) -> str | None:
+    for index in node.args[1]:
+        meta = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+        if meta is not None and meta.dtype in (torch.bool, torch.uint8):
+            return "boolean mask indices (data-dependent output shape)"
+    return None
+
+
+def _broadcast_shape(values: Sequence[TensorValue]) -> list[Dim]:
+    rank = max(v.rank for v in values)
+    shape: list[Dim] = []
+    for i in range(rank):
+        size: Dim = StaticDim(1)
+        for v in values:
+            j = i - (rank - v.rank)
+            if j >= 0 and static_size(v.shape[j]) != 1:
+                size = v.shape[j]
+        shape.append(size)
+    return shape
+
+
+class _AdvancedIndex:
+    """torch's advanced indexing by tensors, as MAX gather_nd/scatter_nd.
+
+    The indexed dims are moved to the front of ``self`` ("moved" layout) and
+    the index tensors, broadcast together to shape B, stacked into one
+    B + [k] tensor of index vectors.
+    """
+
+    def __init__(self, x: TensorValue, indices: Sequence[TensorValue | None]) -> None:
+        self.dims = [d for d, i in enumerate(indices) if i is not None]
+        self.rest = [d for d in range(x.rank) if d not in self.dims]
+        tensors = [indices[d] for d in self.dims]
+        self.batch = _broadcast_shape(tensors)
+        wrapped = []
+        for d, t in zip(self.dims, tensors, strict=True):
+            t = ops.cast(t, DType.int64)
+            # Negative indices count from the end, as in torch.
+            size = ops.cast(ops.shape_to_tensor([x.shape[d]]).reshape([]), DType.int64)
+            t = ops.where(
+                ops.greater(as_tensor(0, DType.int64), t), ops.add(t, size), t
+            )
+            wrapped.append(ops.broadcast_to(t, self.batch))
+        self.vectors = ops.stack(wrapped, axis=-1)
+        self.order = self.dims + self.rest
+        self.moved = (
+            x if self.order == list(range(x.rank)) else ops.permute(x, self.order)
+        )
+        # torch keeps the B dims in place when the indexed dims are adjacent,
+        # and puts them first otherwise.
+        first = self.dims[0]
+        adjacent = self.dims == list(range(first, first + len(self.dims)))
+        self.lead = first if adjacent else 0
+
+    def result_order(self, rank: int) -> list[int]:
+        """Permutation from the moved layout's result to torch's result layout."""
+        k = len(self.batch)
+        lead = self.lead
+        return list(range(k, k + lead)) + list(range(k)) + list(range(k + lead, rank))
+
+    def restore(self, moved: TensorValue) -> TensorValue:
+        if self.order == list(range(moved.rank)):
+            return moved
+        inverse = [self.order.index(d) for d in range(moved.rank)]
+        return ops.permute(moved, inverse)
+
+
+@lowering(aten.index.Tensor, supports=_tensor_indices_only)
+def index(self: TensorValue, indices: Sequence[TensorValue | None]) -> TensorValue:
+    """index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"""
+    plan = _AdvancedIndex(self, indices)
+    gathered = ops.gather_nd(plan.moved, plan.vectors)
+    if plan.lead == 0:
+        return gathered
+    return ops.permute(gathered, plan.result_order(gathered.rank))
+
+
+@lowering(aten.index_put.default, supports=_tensor_indices_only)
+def index_put(
+    self: TensorValue,
+    indices: Sequence[TensorValue | None],
+    values: TensorValue,
+    accumulate: bool = False,
+) -> TensorValue:
+    """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor"""
+    plan = _AdvancedIndex(self, indices)
+    # values broadcast to the shape index() would return, then into the
+    # moved layout (B first) that scatter_nd expects.
+    rest_shape = [self.shape[d] for d in plan.rest]
+    result_shape = [*rest_shape[: plan.lead], *plan.batch, *rest_shape[plan.lead :]]
+    updates = ops.broadcast_to(as_tensor(values, self.dtype), result_shape)
+    if plan.lead:
+        order = plan.result_order(len(result_shape))
+        updates = ops.permute(updates, [order.index(i) for i in range(len(order))])
+    scatter = ops.scatter_nd_add if accumulate else ops.scatter_nd
+    return plan.restore(scatter(plan.moved, updates, plan.vectors))

@@ -1,0 +1,146 @@
+"""The public op registry: exact ATen ``OpOverload`` -> function building MAX values.
+
+Lowerings are registered with ``@lowering(aten.x.overload, ...)``. Users may add
+or override entries at run time through ``MAPPING_TORCH_ATEN_TO_MAX``; the next
+compile reads the registry afresh, including the decomposition table derived
+from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, TypeVar
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch._ops import OpOverload, OpOverloadPacket
+
+LoweringFn = Callable[..., Any]
+F = TypeVar("F", bound=LoweringFn)
+
+# Attribute names a lowering may carry; user functions need none of them.
+LIFTS_SCALARS = "_max_lifts_scalars"
+SUPPORTS = "_max_supports"
+
+# A capability check: given the FX node, the reason it is not covered, or None.
+SupportsFn = Callable[[torch.fx.Node], str | None]
+
+
+class LoweringRegistry(MutableMapping[OpOverload, LoweringFn]):
+    """A mapping keyed by exact ``OpOverload``.
+
+    An ``OpOverloadPacket`` key (``aten.tanh``) is accepted for convenience and
+    means its ``.default`` overload, or, when setting, every overload of the
+    packet that is already registered (``.default`` if none is). Keys are
+    therefore always of one kind.
+    """
+
+    def __init__(self) -> None:
+        self._table: dict[OpOverload, LoweringFn] = {}
+
+    def _overloads(self, key: object, *, setting: bool) -> list[OpOverload]:
+        if isinstance(key, OpOverload):
+            return [key]
+        if isinstance(key, OpOverloadPacket):
+            if setting:
+                registered = [
+                    getattr(key, name)
+                    for name in key.overloads()
+                    if getattr(key, name) in self._table
+                ]
+                if registered:
+                    return registered
+            if "default" not in key.overloads():
+                raise KeyError(
+                    f"{key} has no .default overload; use an exact overload "
+                    f"such as {key}.{key.overloads()[0]}"
+                )
+            return [key.default]
+        raise TypeError(
+            "MAPPING_TORCH_ATEN_TO_MAX keys are ATen operators such as "
+            f"torch.ops.aten.add.Tensor, got {type(key).__name__} {key!r}"
+        )
+
+    def __getitem__(self, key: object) -> LoweringFn:
+        return self._table[self._overloads(key, setting=False)[0]]
+
+    def __setitem__(self, key: object, fn: object) -> None:
+        # Typed ``object``: this is user input, validated here with a clear error.
+        if not callable(fn):
+            raise TypeError(f"the lowering for {key} must be callable, got {fn!r}")
+        for op in self._overloads(key, setting=True):
+            self._table[op] = fn
+
+    def __delitem__(self, key: object) -> None:
+        for op in self._overloads(key, setting=False):
+            del self._table[op]
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return self._overloads(key, setting=False)[0] in self._table
+        except (KeyError, TypeError):
+            return False
+
+    def __iter__(self) -> Iterator[OpOverload]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __repr__(self) -> str:
+        return f"<MAPPING_TORCH_ATEN_TO_MAX: {len(self)} ATen operators>"
+
+
+MAPPING_TORCH_ATEN_TO_MAX = LoweringRegistry()
+
+
+def lowering(
+    *ops: object,  # user input: checked below with a clear error
+    lift_scalars: bool = True,
+    supports: SupportsFn | None = None,
+) -> Callable[[F], F]:
+    """Register the decorated function as the MAX lowering of each exact overload.
+
+    Args:
+        ops: exact overloads, never packets, and each registered once.
+        lift_scalars: Python numbers in ``Scalar`` arguments reach the function
+            as ``ScalarArg`` graph inputs, so graphs differing only in such
+            constants share one compiled artifact. Off for ops whose scalars
+            decide shapes or need their value at build time.
+        supports: capability check for a lowering that covers only part of
+            its op; returns why a node is not covered, or None.
+    """
+
+    def register(fn: F) -> F:
+        for op in ops:
+            if not isinstance(op, OpOverload):
+                raise TypeError(f"@lowering takes exact overloads, got {op!r}")
+            if op in MAPPING_TORCH_ATEN_TO_MAX:
+                raise ValueError(f"{op} is registered twice")
+            MAPPING_TORCH_ATEN_TO_MAX[op] = fn
+        setattr(fn, LIFTS_SCALARS, lift_scalars)
+        setattr(fn, SUPPORTS, supports)
+        return fn
+
+    return register
+
+
+def lifts_scalars(fn: LoweringFn) -> bool:
+    return bool(getattr(fn, LIFTS_SCALARS, False))
+
+
+def unsupported_reason(fn: LoweringFn, node: torch.fx.Node) -> str | None:
+    check: SupportsFn | None = getattr(fn, SUPPORTS, None)
+    return None if check is None else check(node)
+
+
+def decomposition_table() -> dict[OpOverload, Callable[..., Any]]:
+    """Core ATen decompositions minus every op the registry lowers directly.
+
+    Read afresh at each compile so that user registrations take effect.
+    """
+    return {
+        op: fn
+        for op, fn in core_aten_decompositions().items()
+        if isinstance(op, OpOverload) and op not in MAPPING_TORCH_ATEN_TO_MAX
+    }

@@ -1,0 +1,1 @@
+"""Compiling MAX graphs once and calling them with torch tensors."""

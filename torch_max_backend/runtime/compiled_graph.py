@@ -1,0 +1,141 @@
+"""The callable AOTAutograd receives: torch tensors in, MAX execute, torch tensors out.
+
+This is the per-call hot path. Everything that can be decided at compile time
+(which argument feeds which MAX input, constants already on the device as MAX
+buffers, how outputs are assembled) is decided in ``__init__``; ``__call__``
+only wraps, executes and unwraps. It is exempt from runtime type checks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+from dataclasses import dataclass
+from typing import Any, no_type_check
+
+import torch
+from max.driver import Buffer
+from max.engine import Model
+from tabulate import tabulate
+
+from ..lowering.graph_builder import BuiltGraph, OutputSlot
+
+_from_dlpack = Buffer._from_dlpack
+_to_torch = torch.from_dlpack
+
+# Output assembly codes, compared as small ints in the hot loop.
+_GRAPH, _INPUT, _DIM, _CONST = range(4)
+_CODES = {"graph": _GRAPH, "input": _INPUT, "dim": _DIM, "const": _CONST}
+
+
+def _as_buffer(tensor: torch.Tensor) -> Buffer:
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    return _from_dlpack(tensor)
+
+
+class CompiledGraph:
+    """Runs one compiled MAX model with AOTAutograd's boxed calling convention."""
+
+    def __init__(self, name: str, model: Model | None, built: BuiltGraph) -> None:
+        # An instance attribute, not a class one: Dynamo's wrappers copy the
+        # instance __dict__ and AOTAutograd looks for this flag on them.
+        self._boxed_call = True
+        self.name = name
+        self._execute = None if model is None else model._execute_device_tensors
+        # Constants (graph attributes, lifted scalars) become MAX buffers once.
+        self._plan: list[int | Buffer] = [
+            source if isinstance(source, int) else _as_buffer(source)
+            for source in built.inputs
+        ]
+        self._keep_alive = [s for s in built.inputs if not isinstance(s, int)]
+        self._outputs: list[tuple[int, int, int, Any]] = [
+            _slot_code(slot) for slot in built.outputs
+        ]
+        self._writebacks = built.writebacks
+
+    @no_type_check
+    def __call__(self, args: list) -> list:
+        if self._execute is not None:
+            buffers = [
+                _as_buffer(args[item]) if item.__class__ is int else item
+                for item in self._plan
+            ]
+            results = [_to_torch(b) for b in self._execute(buffers)]
+        else:
+            results = []
+        for index, k in self._writebacks:
+            args[index].copy_(results[k])
+        outputs = []
+        for code, index, dim, value in self._outputs:
+            if code == _GRAPH:
+                outputs.append(results[index])
+            elif code == _INPUT:
+                outputs.append(args[index])
+            elif code == _DIM:
+                outputs.append(args[index].shape[dim])
+            else:
+                outputs.append(value)
+        args.clear()
+        return outputs
+
+
+def _slot_code(slot: OutputSlot) -> tuple[int, int, int, Any]:
+    return (_CODES[slot.kind], slot.index, slot.dim, slot.value)
+
+
+@dataclass
+class GraphStats:
+    name: str
+    compile_seconds: float
+    compile_cached: bool
+    calls: int = 0
+    run_seconds: float = 0.0
+
+
+PROFILE: list[GraphStats] = []
+
+
+class ProfiledCompiledGraph(CompiledGraph):
+    """A CompiledGraph that also times each call, for TORCH_MAX_BACKEND_PROFILE."""
+
+    def __init__(
+        self, name: str, model: Model | None, built: BuiltGraph, stats: GraphStats
+    ) -> None:
+        super().__init__(name, model, built)
+        self.stats = stats
+        if not PROFILE:
+            atexit.register(print_profile)
+        PROFILE.append(stats)
+
+    @no_type_check
+    def __call__(self, args: list) -> list:
+        start = time.perf_counter()
+        outputs = super().__call__(args)
+        self.stats.run_seconds += time.perf_counter() - start
+        self.stats.calls += 1
+        return outputs
+
+
+def profile_table() -> str:
+    rows = [
+        [
+            s.name,
+            f"{s.compile_seconds:.2f}" + (" (cached)" if s.compile_cached else ""),
+            s.calls,
+            f"{s.run_seconds * 1e3:.3f}",
+            f"{s.run_seconds / s.calls * 1e6:.1f}" if s.calls else "-",
+        ]
+        for s in PROFILE
+    ]
+    return tabulate(
+        rows,
+        headers=["graph", "compile s", "calls", "run total ms", "run mean us"],
+    )
+
+
+def print_profile() -> None:
+    if PROFILE:
+        print("torch-max-backend profile:\n" + profile_table())
