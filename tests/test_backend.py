@@ -112,3 +112,20 @@ def test_training_step_matches_eager(max_calls):
     # Forward and backward ran on MAX each step (the optimizer step too).
     assert max_calls.of("forward") == 3
     assert max_calls.of("backward") == 3
+
+
+def test_changing_sizes_recompile_to_symbolic_dims(max_calls):
+    # Dynamo's automatic dynamic shapes: the second size makes the graph's
+    # first dim symbolic; the third size then reuses that graph.
+    @torch.compile(backend=max_backend)
+    def fn(x, y):
+        return (x + y * 2).sum(0), x.view(-1), x[1:]
+
+    for n in (3, 5, 7):
+        x, y = torch.randn(n, 4), torch.randn(n, 4)
+        total, flat, tail = fn(x, y)
+        torch.testing.assert_close(total, (x + y * 2).sum(0))
+        torch.testing.assert_close(flat, x.view(-1))
+        torch.testing.assert_close(tail, x[1:])
+    assert max_calls.count == 3
+    assert len({name for name in max_calls.names}) == 2

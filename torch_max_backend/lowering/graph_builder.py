@@ -90,7 +90,7 @@ def _takes_number(arg: torch.Argument) -> bool:
 
 def _lookup(node: torch.fx.Node) -> LoweringFn | None:
     if isinstance(node.target, OpOverload):
-        return MAPPING_TORCH_ATEN_TO_MAX._table.get(node.target)
+        return MAPPING_TORCH_ATEN_TO_MAX.get(node.target)
     return None
 
 
@@ -166,8 +166,9 @@ class GraphBuilder:
         self.inputs: list[int | torch.Tensor] = []
         # FX node -> MAX input number, for tensor placeholders and constants.
         self.input_of: dict[torch.fx.Node, int] = {}
-        # (node, argument position or name) -> MAX input number of a lifted scalar.
-        self.scalar_of: dict[tuple[torch.fx.Node, int | str], tuple[int, type]] = {}
+        # node -> (argument position or name, MAX input number, Python type) of
+        # each lifted scalar of that node.
+        self.scalars_of: dict[torch.fx.Node, list[tuple[int | str, int, type]]] = {}
         # sympy symbol -> (FX input index, dim), for symbolic sizes.
         self.symbols: dict[sympy.Symbol, tuple[int, int]] = {}
         self.values: dict[torch.fx.Node, Any] = {}
@@ -256,7 +257,7 @@ class GraphBuilder:
                 dtype = node.meta["val"].dtype
             tensor = torch.tensor(value, dtype=dtype, device=self.device)
             index = self._add_input(tensor, tensor, f"scalar of {node.name}")
-            self.scalar_of[(node, key)] = (index, type(value))
+            self.scalars_of.setdefault(node, []).append((key, index, type(value)))
 
     # -- nodes ----------------------------------------------------------------
 
@@ -270,9 +271,7 @@ class GraphBuilder:
     def _arguments(self, node: torch.fx.Node) -> tuple[list[Any], dict[str, Any]]:
         args = [self._resolve(a) for a in node.args]
         kwargs = {k: self._resolve(v) for k, v in node.kwargs.items()}
-        for (owner, key), (index, kind) in self.scalar_of.items():
-            if owner is not node:
-                continue
+        for key, index, kind in self.scalars_of.get(node, ()):
             scalar = ScalarArg(self.graph.inputs[index].tensor, kind)
             if isinstance(key, int):
                 args[key] = scalar

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, no_type_check
 
@@ -55,15 +56,40 @@ class CompiledGraph:
             _slot_code(slot) for slot in built.outputs
         ]
         self._writebacks = built.writebacks
+        # Per tensor input: (weakref to the tensor last seen, its data pointer,
+        # the MAX buffer wrapping it). Parameters come back as the same tensor
+        # every call; wrapping one costs ~10 us, reusing the buffer ~0.3 us.
+        # The buffer aliases the tensor's memory, so in-place updates (an
+        # optimizer step) are seen without re-wrapping.
+        self._seen: list[tuple[Any, int, Buffer] | None] = [None] * len(self._plan)
+
+    @no_type_check
+    def _buffers(self, args: list) -> list:
+        buffers = []
+        seen = self._seen
+        for slot, item in enumerate(self._plan):
+            if item.__class__ is not int:
+                buffers.append(item)
+                continue
+            tensor = args[item]
+            entry = seen[slot]
+            if (
+                entry is not None
+                and entry[0]() is tensor
+                and entry[1] == tensor.data_ptr()
+            ):
+                buffers.append(entry[2])
+                continue
+            buffer = _as_buffer(tensor)
+            if tensor.is_contiguous():
+                seen[slot] = (weakref.ref(tensor), tensor.data_ptr(), buffer)
+            buffers.append(buffer)
+        return buffers
 
     @no_type_check
     def __call__(self, args: list) -> list:
         if self._execute is not None:
-            buffers = [
-                _as_buffer(args[item]) if item.__class__ is int else item
-                for item in self._plan
-            ]
-            results = [_to_torch(b) for b in self._execute(buffers)]
+            results = [_to_torch(b) for b in self._execute(self._buffers(args))]
         else:
             results = []
         for index, k in self._writebacks:
