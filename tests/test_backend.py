@@ -129,3 +129,24 @@ def test_changing_sizes_recompile_to_symbolic_dims(max_calls):
         torch.testing.assert_close(tail, x[1:])
     assert max_calls.count == 3
     assert len({name for name in max_calls.names}) == 2
+
+
+def test_parameters_updated_in_place_are_seen_and_inputs_not_kept(max_calls):
+    import gc
+    import weakref
+
+    model = torch.nn.Linear(3, 4)
+    compiled = torch.compile(model, backend=max_backend)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        compiled(x)
+        model.weight.mul_(2)  # the MAX buffer aliases the parameter's memory
+        torch.testing.assert_close(compiled(x), model(x))
+        model.weight = torch.nn.Parameter(torch.ones(4, 3))  # new storage
+        torch.testing.assert_close(compiled(x), model(x))
+        fresh = torch.randn(2, 3)  # a new input, seen once
+        torch.testing.assert_close(compiled(fresh), model(fresh))
+    ref = weakref.ref(fresh)
+    del fresh
+    gc.collect()
+    assert ref() is None, "a per-call input was kept alive by the compiled graph"

@@ -57,11 +57,14 @@ class CompiledGraph:
         ]
         self._writebacks = built.writebacks
         # Per tensor input: (weakref to the tensor last seen, its data pointer,
-        # the MAX buffer wrapping it). Parameters come back as the same tensor
-        # every call; wrapping one costs ~10 us, reusing the buffer ~0.3 us.
-        # The buffer aliases the tensor's memory, so in-place updates (an
-        # optimizer step) are seen without re-wrapping.
-        self._seen: list[tuple[Any, int, Buffer] | None] = [None] * len(self._plan)
+        # the MAX buffer wrapping it or None). Wrapping costs ~10 us, reuse
+        # ~0.3 us. A buffer is kept only for tensors that persist across calls
+        # (parameters, or the same tensor seen twice in a row), so that
+        # per-call inputs are never held alive. The buffer aliases the
+        # tensor's memory: in-place updates (an optimizer step) stay visible.
+        self._seen: list[tuple[Any, int, Buffer | None] | None] = [None] * len(
+            self._plan
+        )
 
     @no_type_check
     def _buffers(self, args: list) -> list:
@@ -78,11 +81,19 @@ class CompiledGraph:
                 and entry[0]() is tensor
                 and entry[1] == tensor.data_ptr()
             ):
-                buffers.append(entry[2])
-                continue
+                if entry[2] is not None:
+                    buffers.append(entry[2])
+                    continue
+                persistent = True  # second call in a row with this tensor
+            else:
+                persistent = tensor.__class__ is torch.nn.Parameter
             buffer = _as_buffer(tensor)
             if tensor.is_contiguous():
-                seen[slot] = (weakref.ref(tensor), tensor.data_ptr(), buffer)
+                seen[slot] = (
+                    weakref.ref(tensor),
+                    tensor.data_ptr(),
+                    buffer if persistent else None,
+                )
             buffers.append(buffer)
         return buffers
 
