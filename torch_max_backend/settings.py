@@ -45,18 +45,15 @@ class Settings:
     Attributes:
         verbose: print the ATen graphs received and the MAX graphs built.
         profile: collect compile and run times per graph and print them at exit.
-        strict: raise on unsupported ops instead of running them eagerly.
     """
 
     verbose: bool = False
     profile: bool = False
-    strict: bool = True
 
     # Environment variables for each field; the older PYTORCH_ spelling is kept.
     _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
         "verbose": ("TORCH_MAX_BACKEND_VERBOSE", "PYTORCH_MAX_BACKEND_VERBOSE"),
         "profile": ("TORCH_MAX_BACKEND_PROFILE", "PYTORCH_MAX_BACKEND_PROFILE"),
-        "strict": ("TORCH_MAX_BACKEND_STRICT",),
     }
 
     @classmethod

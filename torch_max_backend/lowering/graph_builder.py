@@ -327,7 +327,7 @@ class GraphBuilder:
                 raise LoweringError(node, e) from e
         return result
 
-    def _placeholder_value(self, i: int, node: torch.fx.Node) -> Any:
+    def _placeholder_value(self, node: torch.fx.Node) -> Any:
         meta = node.meta.get("val")
         if isinstance(meta, torch.Tensor):
             return self.graph.inputs[self.input_of[node]].tensor
@@ -394,8 +394,8 @@ class GraphBuilder:
         graph_outputs: list[Any] = []
         seen: dict[int, int] = {}
         with self.graph:
-            for i, node in enumerate(self.placeholders):
-                self.values[node] = self._placeholder_value(i, node)
+            for node in self.placeholders:
+                self.values[node] = self._placeholder_value(node)
             for node in self.gm.graph.nodes:
                 if node.op == "get_attr":
                     if node in self.input_of:
