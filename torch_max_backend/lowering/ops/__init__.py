@@ -2,11 +2,13 @@
 
 from . import (  # noqa: F401
     activation,
+    convolution,
     creation,
     elementwise,
     indexing,
     linalg,
     normalization,
+    pooling,
     reduction,
     shape,
 )
