@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, TypeVar
 
 import torch
-from torch._decomp import core_aten_decompositions
+from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._ops import OpOverload, OpOverloadPacket
 
 LoweringFn = Callable[..., Any]
@@ -134,13 +134,23 @@ def unsupported_reason(fn: LoweringFn, node: torch.fx.Node) -> str | None:
     return None if check is None else check(node)
 
 
+# Non-core ops that AOTAutograd leaves in graphs and that PyTorch can
+# decompose into core ops (training-mode batch norm and its backward).
+_EXTRA_DECOMPOSITIONS = [
+    torch.ops.aten._native_batch_norm_legit_functional.default,
+    torch.ops.aten.native_batch_norm_backward.default,
+]
+
+
 def decomposition_table() -> dict[OpOverload, Callable[..., Any]]:
-    """Core ATen decompositions minus every op the registry lowers directly.
+    """Core ATen decompositions (and a few extra) minus every op we lower.
 
     Read afresh at each compile so that user registrations take effect.
     """
+    table = dict(core_aten_decompositions().items())
+    table.update(get_decompositions(_EXTRA_DECOMPOSITIONS))
     return {
         op: fn
-        for op, fn in core_aten_decompositions().items()
+        for op, fn in table.items()
         if isinstance(op, OpOverload) and op not in MAPPING_TORCH_ATEN_TO_MAX
     }

@@ -55,3 +55,35 @@ def test_training_graphs_match_eager_autograd(max_calls):
         )
     assert max_calls.of("forward") == 1
     assert max_calls.of("backward") == 1
+
+
+def test_batch_norm_training_updates_running_stats(max_calls):
+    # Training-mode batch norm reaches us as a functional op that PyTorch
+    # decomposes (var_mean and friends); its running statistics are mutated
+    # inputs written back after the MAX graph runs.
+    torch.manual_seed(0)
+
+    def make():
+        return torch.nn.Sequential(
+            torch.nn.Linear(4, 8),
+            torch.nn.BatchNorm1d(8),
+            torch.nn.ReLU(),
+            torch.nn.Linear(8, 1),
+        )
+
+    eager, compiled_model = make(), make()
+    compiled_model.load_state_dict(eager.state_dict())
+    x = torch.randn(16, 4)
+    expected = eager(x).sum()
+    expected.backward()
+    got = torch.compile(compiled_model, backend=max_backend)(x).sum()
+    got.backward()
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    bn_eager, bn_max = eager[1], compiled_model[1]
+    torch.testing.assert_close(bn_max.running_mean, bn_eager.running_mean)
+    torch.testing.assert_close(bn_max.running_var, bn_eager.running_var)
+    for p_max, p_eager in zip(
+        compiled_model.parameters(), eager.parameters(), strict=True
+    ):
+        torch.testing.assert_close(p_max.grad, p_eager.grad, rtol=1e-4, atol=1e-4)
+    assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1

@@ -142,3 +142,17 @@ def cumsum(
     if x.rank == 0:
         return x
     return ops.cumsum(x, axis=normalize_dim(dim, x.rank))
+
+
+@lowering(aten.var_mean.correction)
+def var_mean(
+    self: TensorValue,
+    dim: Sequence[int] | None = None,
+    *,
+    correction: Operand | None = None,
+    keepdim: bool = False,
+) -> tuple[TensorValue, TensorValue]:
+    """var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""
+    x = as_tensor(self, out_max_dtype())
+    mean = _reduce(x, dim, keepdim, ops.mean)
+    return var(x, dim, correction=correction, keepdim=keepdim), mean
