@@ -14,6 +14,17 @@ from ..scalars import as_tensor
 aten = torch.ops.aten
 
 
+def _normalize_last(
+    x: TensorValue, eps: float
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """(x - mean) * rstd over the last axis, with mean and rstd (kept dims)."""
+    mean = ops.mean(x, -1)
+    centered = ops.sub(x, mean)
+    variance = ops.mean(ops.mul(centered, centered), -1)
+    rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, x.dtype)))
+    return ops.mul(centered, rstd), mean, rstd
+
+
 @lowering(aten.native_layer_norm.default)
 def native_layer_norm(
     input: TensorValue,
@@ -26,12 +37,8 @@ def native_layer_norm(
     k = len(normalized_shape)
     lead = list(input.shape)[: input.rank - k]
     # Normalize over the last k dims as one flattened dim.
-    flat = ops.reshape(input, [*lead, -1])
-    mean = ops.mean(flat, -1)
-    centered = ops.sub(flat, mean)
-    variance = ops.mean(ops.mul(centered, centered), -1)
-    rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, input.dtype)))
-    out = ops.reshape(ops.mul(centered, rstd), list(input.shape))
+    normalized, mean, rstd = _normalize_last(ops.reshape(input, [*lead, -1]), eps)
+    out = ops.reshape(normalized, list(input.shape))
     if weight is not None:
         out = ops.mul(out, weight)
     if bias is not None:
@@ -83,12 +90,8 @@ def native_group_norm(
     eps: float,
 ) -> tuple[TensorValue, TensorValue, TensorValue]:
     """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)"""
-    grouped = ops.reshape(input, [N, group, -1])
-    mean = ops.mean(grouped, -1)
-    centered = ops.sub(grouped, mean)
-    variance = ops.mean(ops.mul(centered, centered), -1)
-    rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, input.dtype)))
-    out = ops.reshape(ops.mul(centered, rstd), list(input.shape))
+    normalized, mean, rstd = _normalize_last(ops.reshape(input, [N, group, -1]), eps)
+    out = ops.reshape(normalized, list(input.shape))
     if weight is not None:
         out = ops.mul(out, _channel_view(weight, input.rank))
     if bias is not None:
