@@ -65,8 +65,8 @@ def test_decompositions_skip_lowered_ops():
         assert op in MAPPING_TORCH_ATEN_TO_MAX
         assert op not in table
     # ...while ops we do not lower keep their decomposition.
-    assert aten.native_layer_norm_backward.default not in MAPPING_TORCH_ATEN_TO_MAX
-    assert aten.native_layer_norm_backward.default in table
+    assert aten.native_batch_norm_backward.default not in MAPPING_TORCH_ATEN_TO_MAX
+    assert aten.native_batch_norm_backward.default in table
 
 
 def test_every_lowering_documents_its_schemas():

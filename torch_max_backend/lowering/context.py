@@ -20,11 +20,16 @@ from max.graph import DeviceRef
 class LoweringContext:
     node: torch.fx.Node
     device: DeviceRef
+    # For ops over tensor lists (_foreach_*): the list element being built.
+    element: int | None = None
 
     @property
     def out_meta(self) -> object:
         """The FakeTensor (or list of them, or SymInt) this node produces."""
-        return self.node.meta.get("val")
+        meta = self.node.meta.get("val")
+        if self.element is not None and isinstance(meta, (list, tuple)):
+            return meta[self.element]
+        return meta
 
     @property
     def out_dtype(self) -> torch.dtype:
@@ -49,6 +54,17 @@ def current() -> LoweringContext:
 @contextlib.contextmanager
 def lowering_node(node: torch.fx.Node, device: DeviceRef) -> Iterator[None]:
     token = _CURRENT.set(LoweringContext(node, device))
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def list_element(index: int) -> Iterator[None]:
+    """Build element ``index`` of a list-valued node, with that element's meta."""
+    ctx = current()
+    token = _CURRENT.set(LoweringContext(ctx.node, ctx.device, index))
     try:
         yield
     finally:

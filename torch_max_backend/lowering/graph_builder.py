@@ -31,6 +31,7 @@ from .dtypes import supported_dtype, to_device_ref, to_max_dtype
 from .registry import (
     MAPPING_TORCH_ATEN_TO_MAX,
     LoweringFn,
+    draws_random,
     lifts_scalars,
     unsupported_reason,
 )
@@ -65,18 +66,59 @@ class OutputSlot:
     value: object = None
 
 
+class SeedInput:
+    """Marks the graph input that takes a fresh random seed at every call.
+
+    The seed is drawn from torch's default generator, so ``torch.manual_seed``
+    makes MAX's random ops reproducible.
+    """
+
+    def __repr__(self) -> str:
+        return "<seed>"
+
+
+SEED = SeedInput()
+
+
 @dataclass
 class BuiltGraph:
     """A MAX graph and what the runtime needs to call it like the FX graph."""
 
     graph: Graph
     device: torch.device
-    # For each MAX input in order: an FX input index (int) or a constant tensor.
-    inputs: list[int | torch.Tensor]
+    # For each MAX input in order: an FX input index (int), a constant tensor,
+    # or SEED.
+    inputs: list[int | torch.Tensor | SeedInput]
     outputs: list[OutputSlot]
     # (FX input index, MAX output index): write the output back into the input.
     writebacks: list[tuple[int, int]] = field(default_factory=list)
     num_graph_outputs: int = 0
+
+
+def _first_tensor_meta(values: Any) -> torch.Tensor | None:
+    """The fake tensor of the first tensor among ``values``, looking into lists.
+
+    ``_foreach_*`` ops take lists of tensors, and their scalar operands promote
+    against the list's dtype just as a plain op's scalar does against its tensor.
+    """
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            found = _first_tensor_meta(value)
+            if found is not None:
+                return found
+        elif isinstance(value, torch.fx.Node):
+            meta = value.meta.get("val")
+            if isinstance(meta, torch.Tensor):
+                return meta
+            if isinstance(meta, (list, tuple)):
+                found = _first_tensor_meta_of(meta)
+                if found is not None:
+                    return found
+    return None
+
+
+def _first_tensor_meta_of(metas: Any) -> torch.Tensor | None:
+    return next((m for m in metas if isinstance(m, torch.Tensor)), None)
 
 
 def _takes_number(arg: torch.Argument) -> bool:
@@ -163,7 +205,8 @@ class GraphBuilder:
         self.device_ref: DeviceRef = to_device_ref(self.device)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.input_types: list[TensorType] = []
-        self.inputs: list[int | torch.Tensor] = []
+        self.inputs: list[int | torch.Tensor | SeedInput] = []
+        self.seed_index: int | None = None
         # FX node -> MAX input number, for tensor placeholders and constants.
         self.input_of: dict[torch.fx.Node, int] = {}
         # node -> (argument position or name, MAX input number, Python type) of
@@ -189,7 +232,7 @@ class GraphBuilder:
         )
 
     def _add_input(
-        self, source: int | torch.Tensor, meta: torch.Tensor, where: str
+        self, source: int | torch.Tensor | SeedInput, meta: torch.Tensor, where: str
     ) -> int:
         shape = [self._dim(s, where) for s in meta.shape]
         self.input_types.append(
@@ -224,21 +267,17 @@ class GraphBuilder:
                     )
             elif node.op == "call_function":
                 self._plan_scalars(node)
+                fn = _lookup(node)
+                if fn is not None and draws_random(fn) and self.seed_index is None:
+                    meta = torch.empty((1,), dtype=torch.int64)
+                    self.seed_index = self._add_input(SEED, meta, "random seed")
 
     def _plan_scalars(self, node: torch.fx.Node) -> None:
         fn = _lookup(node)
         if fn is None or not lifts_scalars(fn):
             return
         schema = node.target._schema
-        first_tensor = next(
-            (
-                a.meta["val"]
-                for a in node.args
-                if isinstance(a, torch.fx.Node)
-                and isinstance(a.meta.get("val"), torch.Tensor)
-            ),
-            None,
-        )
+        first_tensor = _first_tensor_meta(node.args)
         for pos, arg in enumerate(schema.arguments):
             key: int | str = pos if pos < len(node.args) else arg.name
             if isinstance(key, int):
@@ -254,7 +293,8 @@ class GraphBuilder:
                     torch.empty((1,), dtype=first_tensor.dtype), value
                 )
             else:
-                dtype = node.meta["val"].dtype
+                meta = _first_tensor_meta([node])
+                dtype = meta.dtype if meta is not None else torch.tensor(value).dtype
             tensor = torch.tensor(value, dtype=dtype, device=self.device)
             index = self._add_input(tensor, tensor, f"scalar of {node.name}")
             self.scalars_of.setdefault(node, []).append((key, index, type(value)))
@@ -396,6 +436,9 @@ class GraphBuilder:
         with self.graph:
             for node in self.placeholders:
                 self.values[node] = self._placeholder_value(node)
+            if self.seed_index is not None:
+                # Each random op then derives its own seed from this one.
+                ops.random.set_seed(self.graph.inputs[self.seed_index].tensor)
             for node in self.gm.graph.nodes:
                 if node.op == "get_attr":
                     if node in self.input_of:

@@ -21,6 +21,7 @@ F = TypeVar("F", bound=LoweringFn)
 # Attribute names a lowering may carry; user functions need none of them.
 LIFTS_SCALARS = "_max_lifts_scalars"
 SUPPORTS = "_max_supports"
+RANDOM = "_max_random"
 
 # A capability check: given the FX node, the reason it is not covered, or None.
 SupportsFn = Callable[[torch.fx.Node], str | None]
@@ -98,6 +99,7 @@ def lowering(
     *ops: object,  # user input: checked below with a clear error
     lift_scalars: bool = True,
     supports: SupportsFn | None = None,
+    random: bool = False,
 ) -> Callable[[F], F]:
     """Register the decorated function as the MAX lowering of each exact overload.
 
@@ -109,6 +111,8 @@ def lowering(
             decide shapes or need their value at build time.
         supports: capability check for a lowering that covers only part of
             its op; returns why a node is not covered, or None.
+        random: the op draws random numbers; its graph then takes a fresh
+            seed from torch's generator at every call.
     """
 
     def register(fn: F) -> F:
@@ -120,6 +124,7 @@ def lowering(
             MAPPING_TORCH_ATEN_TO_MAX[op] = fn
         setattr(fn, LIFTS_SCALARS, lift_scalars)
         setattr(fn, SUPPORTS, supports)
+        setattr(fn, RANDOM, random)
         return fn
 
     return register
@@ -127,6 +132,10 @@ def lowering(
 
 def lifts_scalars(fn: LoweringFn) -> bool:
     return bool(getattr(fn, LIFTS_SCALARS, False))
+
+
+def draws_random(fn: LoweringFn) -> bool:
+    return bool(getattr(fn, RANDOM, False))
 
 
 def unsupported_reason(fn: LoweringFn, node: torch.fx.Node) -> str | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from max.graph import Dim, StaticDim, TensorValue
+from max.dtype import DType
+from max.graph import Dim, StaticDim, TensorValue, ops
 
 SizeLike = int | Dim
 
@@ -38,3 +39,24 @@ def numel(x: TensorValue, dims: Sequence[int]) -> Dim:
     for d in dims:
         total = total * x.shape[d]
     return total
+
+
+def positions(x: TensorValue, axis: int) -> TensorValue:
+    """0, 1, ..., size - 1 along ``axis`` of ``x`` as int64, static or symbolic."""
+    size = x.shape[axis]
+    n = static_size(size)
+    if n is not None:
+        return ops.range(0, n, 1, out_dim=n, dtype=DType.int64, device=x.device)
+    stop = ops.cast(ops.shape_to_tensor([size]).reshape([]), DType.int64)
+    start = ops.constant(0, DType.int64, device=x.device)
+    step = ops.constant(1, DType.int64, device=x.device)
+    return ops.range(
+        start, stop, step, out_dim=size, dtype=DType.int64, device=x.device
+    )
+
+
+def along(values: TensorValue, axis: int, rank: int) -> TensorValue:
+    """A 1-d ``values`` reshaped to broadcast along ``axis`` of a rank-``rank`` tensor."""
+    shape: list[int | Dim] = [1] * rank
+    shape[axis] = values.shape[0]
+    return ops.reshape(values, shape)

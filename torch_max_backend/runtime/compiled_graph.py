@@ -19,7 +19,7 @@ from max.driver import Buffer
 from max.engine import Model
 from tabulate import tabulate
 
-from ..lowering.graph_builder import BuiltGraph, OutputSlot
+from ..lowering.graph_builder import SEED, BuiltGraph, OutputSlot
 
 _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
@@ -47,11 +47,12 @@ class CompiledGraph:
         self.name = name
         self._execute = None if model is None else model._execute_device_tensors
         # Constants (graph attributes, lifted scalars) become MAX buffers once.
-        self._plan: list[int | Buffer] = [
-            source if isinstance(source, int) else _as_buffer(source)
+        self._plan: list[int | Buffer | object] = [
+            source if isinstance(source, int) or source is SEED else _as_buffer(source)
             for source in built.inputs
         ]
-        self._keep_alive = [s for s in built.inputs if not isinstance(s, int)]
+        self._keep_alive = [s for s in built.inputs if isinstance(s, torch.Tensor)]
+        self._device = built.device
         self._outputs: list[tuple[int, int, int, Any]] = [
             _slot_code(slot) for slot in built.outputs
         ]
@@ -72,6 +73,12 @@ class CompiledGraph:
         seen = self._seen
         for slot, item in enumerate(self._plan):
             if item.__class__ is not int:
+                if item is SEED:
+                    item = _from_dlpack(
+                        torch.randint(
+                            0, 2**62, (1,), dtype=torch.int64, device=self._device
+                        )
+                    )
                 buffers.append(item)
                 continue
             tensor = args[item]

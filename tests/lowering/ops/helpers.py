@@ -21,5 +21,10 @@ def check_against_eager(
     assert len(got) == len(expected)
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         torch.testing.assert_close(
-            g, e, rtol=rtol, atol=atol, msg=lambda m, i=i: f"output {i}: {m}"
+            g,
+            e,
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            msg=lambda m, i=i: f"output {i}: {m}",
         )

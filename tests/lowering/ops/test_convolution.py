@@ -23,8 +23,17 @@ def test_image_model_layers(max_calls):
     bn.running_mean.uniform_(-1, 1)
     bn.running_var.uniform_(0.5, 2)
     gn = torch.nn.GroupNorm(2, 8)
+    conv3d = torch.nn.Conv3d(
+        4, 6, (2, 3, 3), stride=(1, 2, 1), padding=(1, 0, 2), dilation=(2, 1, 1)
+    )
+    grouped3d = torch.nn.Conv3d(4, 4, 1, groups=2, bias=False)
+    # Output padding, groups, dilation and stride of a transposed convolution.
+    up = torch.nn.ConvTranspose2d(
+        8, 4, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=(1, 2)
+    )
+    up1d = torch.nn.ConvTranspose1d(4, 3, 4, stride=3, padding=2, bias=False)
 
-    def fn(x, seq):
+    def fn(x, seq, vol):
         h = F.relu(bn(conv(x)))
         return (
             h,
@@ -38,19 +47,36 @@ def test_image_model_layers(max_calls):
             F.adaptive_avg_pool2d(h, 1),
             F.adaptive_avg_pool2d(h, (4, 2)),
             conv1d(seq),
+            conv3d(vol),
+            grouped3d(vol),
+            up(h),
+            up1d(seq),
         )
 
     with torch.no_grad():
         check_against_eager(
-            fn, torch.randn(2, 3, 8, 8), torch.randn(2, 4, 10), rtol=1e-4, atol=1e-4
+            fn,
+            torch.randn(2, 3, 8, 8),
+            torch.randn(2, 4, 10),
+            torch.randn(1, 4, 5, 6, 4),
+            rtol=1e-4,
+            atol=1e-4,
         )
     assert max_calls.count == 1
 
 
-def test_max_pool_indices_needed_by_training_are_reported():
-    # The lowering only covers the values; a graph that reads the indices
-    # (the backward does) is refused, never computed wrong.
-    x = torch.randn(1, 2, 4, 4, requires_grad=True)
+def test_pooling_variants_not_covered_are_reported():
+    # Max-pool indices are computed now (training is covered in
+    # test_pooling.py); integer average pooling, which torch divides with
+    # truncation, is refused, never computed wrong.
+    x = torch.arange(32).view(1, 2, 4, 4)
     with pytest.raises(UnsupportedOpsError) as info:
-        torch.compile(lambda t: F.max_pool2d(t, 2).sum(), backend=max_backend)(x)
-    assert "max pooling whose indices are used" in str(info.value)
+        torch.compile(lambda t: F.avg_pool2d(t, 2), backend=max_backend)(x)
+    assert "average pooling of torch.int64 tensors" in str(info.value)
+
+
+def test_transposed_3d_convolution_is_reported():
+    up = torch.nn.ConvTranspose3d(2, 2, 2)
+    with pytest.raises(UnsupportedOpsError) as info, torch.no_grad():
+        torch.compile(up, backend=max_backend)(torch.randn(1, 2, 3, 3, 3))
+    assert "3-d transposed convolution" in str(info.value)

@@ -10,6 +10,7 @@ from max.graph import TensorValue, ops
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
 from ..shapes import normalize_dim
+from .elementwise import accurate_expm1
 
 aten = torch.ops.aten
 
@@ -144,3 +145,89 @@ def silu_backward(grad_output: TensorValue, self: TensorValue) -> TensorValue:
     return ops.mul(
         grad_output, ops.mul(s, ops.add(one, ops.mul(self, ops.sub(one, s))))
     )
+
+
+# -- piecewise activations: Scalar parameters arrive as graph inputs -------------
+
+
+def _positive(x: TensorValue) -> TensorValue:
+    return ops.greater(x, as_tensor(0, x.dtype))
+
+
+@lowering(aten.elu.default)
+def elu(
+    self: TensorValue,
+    alpha: Operand = 1,
+    scale: Operand = 1,
+    input_scale: Operand = 1,
+) -> TensorValue:
+    """elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor"""
+    dt = self.dtype
+    negative = ops.mul(
+        as_tensor(alpha, dt),
+        accurate_expm1(ops.mul(self, as_tensor(input_scale, dt))),
+    )
+    return ops.mul(as_tensor(scale, dt), ops.where(_positive(self), self, negative))
+
+
+@lowering(aten.elu_backward.default)
+def elu_backward(
+    grad_output: TensorValue,
+    alpha: Operand,
+    scale: Operand,
+    input_scale: Operand,
+    is_result: bool,
+    self_or_result: TensorValue,
+) -> TensorValue:
+    """elu_backward(Tensor grad_output, Scalar alpha, Scalar scale, Scalar input_scale, bool is_result, Tensor self_or_result) -> Tensor"""
+    dt = grad_output.dtype
+    x = self_or_result
+    s, a, i = as_tensor(scale, dt), as_tensor(alpha, dt), as_tensor(input_scale, dt)
+    if is_result:
+        # result = s * a * (exp(i x) - 1), so d/dx = i * (result + s * a).
+        slope = ops.mul(i, ops.add(x, ops.mul(s, a)))
+    else:
+        slope = ops.mul(ops.mul(ops.mul(s, a), i), ops.exp(ops.mul(x, i)))
+    return ops.mul(grad_output, ops.where(_positive(x), s, slope))
+
+
+@lowering(aten.hardtanh.default)
+def hardtanh(
+    self: TensorValue, min_val: Operand = -1, max_val: Operand = 1
+) -> TensorValue:
+    """hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor"""
+    low = as_tensor(min_val, self.dtype)
+    high = as_tensor(max_val, self.dtype)
+    return ops._elementwise_min(ops._elementwise_max(self, low), high)
+
+
+@lowering(aten.hardtanh_backward.default)
+def hardtanh_backward(
+    grad_output: TensorValue, self: TensorValue, min_val: Operand, max_val: Operand
+) -> TensorValue:
+    """hardtanh_backward(Tensor grad_output, Tensor self, Scalar min_val, Scalar max_val) -> Tensor"""
+    dt = self.dtype
+    inside = ops.logical_and(
+        ops.greater(self, as_tensor(min_val, dt)),
+        ops.greater(as_tensor(max_val, dt), self),
+    )
+    return ops.where(inside, grad_output, as_tensor(0, grad_output.dtype))
+
+
+@lowering(aten.leaky_relu.default)
+def leaky_relu(self: TensorValue, negative_slope: Operand = 0.01) -> TensorValue:
+    """leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor"""
+    scaled = ops.mul(self, as_tensor(negative_slope, self.dtype))
+    return ops.where(_positive(self), self, scaled)
+
+
+@lowering(aten.leaky_relu_backward.default)
+def leaky_relu_backward(
+    grad_output: TensorValue,
+    self: TensorValue,
+    negative_slope: Operand,
+    self_is_result: bool,
+) -> TensorValue:
+    """leaky_relu_backward(Tensor grad_output, Tensor self, Scalar negative_slope, bool self_is_result) -> Tensor"""
+    scaled = ops.mul(grad_output, as_tensor(negative_slope, grad_output.dtype))
+    return ops.where(_positive(self), grad_output, scaled)

@@ -79,6 +79,7 @@ def scalar_tensor(
 
 
 def _static_range(node: torch.fx.Node) -> str | None:
+    """Bounds known at compile time (a symbolic bound is refused)."""
     args = [a for a in node.args if isinstance(a, torch.fx.Node)]
     return "arange with symbolic bounds" if args else None
 
@@ -127,3 +128,24 @@ def arange_end(
 ) -> TensorValue:
     """arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
     return arange(0, end, 1)
+
+
+@lowering(aten.fill.Scalar)
+def fill(self: TensorValue, value: Operand) -> TensorValue:
+    """fill.Scalar(Tensor self, Scalar value) -> Tensor"""
+    return _filled(list(self.shape), value)
+
+
+@lowering(aten.empty_strided.default)
+def empty_strided(
+    size: Sequence[SizeLike],
+    stride: Sequence[SizeLike],
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+) -> TensorValue:
+    """empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    # Strides describe memory layout, which MAX values do not have.
+    return _filled(size, 0)

@@ -6,6 +6,7 @@ every op follows torch's rules the same way; MAX broadcasts operands itself.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -91,15 +92,9 @@ def div_mode(
     if a.dtype.is_float():
         q = ops.div(a, b)
         return ops.floor(q) if rounding_mode == "floor" else ops.trunc(q)
-    floor_q = ops.floor_div(a, b)
     if rounding_mode == "floor":
-        return floor_q
-    # Integer truncation rounds towards zero: undo floor's step down for
-    # negative inexact quotients.
-    inexact = ops.not_equal(ops.mul(floor_q, b), a)
-    negative = ops.logical_xor(ops.greater(0, a), ops.greater(0, b))
-    one = as_tensor(1, a.dtype)
-    return ops.where(ops.logical_and(inexact, negative), ops.add(floor_q, one), floor_q)
+        return ops.floor_div(a, b)
+    return _trunc_div(a, b)
 
 
 @lowering(aten.remainder.Tensor, aten.remainder.Scalar)
@@ -112,6 +107,29 @@ def remainder(self: Operand, other: Operand) -> TensorValue:
     if a.dtype.is_float():
         return ops.sub(a, ops.mul(ops.floor(ops.div(a, b)), b))
     return ops.sub(a, ops.mul(ops.floor_div(a, b), b))
+
+
+def _trunc_div(a: TensorValue, b: TensorValue) -> TensorValue:
+    """Integer division rounding towards zero, as C and torch's trunc mode do."""
+    floor_q = ops.floor_div(a, b)
+    # Floor division steps down for negative inexact quotients: step back up.
+    inexact = ops.not_equal(ops.mul(floor_q, b), a)
+    zero = as_tensor(0, a.dtype)
+    negative = ops.logical_xor(ops.greater(zero, a), ops.greater(zero, b))
+    one = as_tensor(1, a.dtype)
+    return ops.where(ops.logical_and(inexact, negative), ops.add(floor_q, one), floor_q)
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(self: Operand, other: Operand) -> TensorValue:
+    """fmod.Tensor(Tensor self, Tensor other) -> Tensor
+    fmod.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    a, b = promote(self, other)
+    # C semantics: the result takes the sign of the dividend.
+    if a.dtype.is_float():
+        return ops.sub(a, ops.mul(ops.trunc(ops.div(a, b)), b))
+    return ops.sub(a, ops.mul(_trunc_div(a, b), b))
 
 
 @lowering(aten.neg.default)
@@ -229,8 +247,21 @@ def reciprocal(self: TensorValue) -> TensorValue:
 @lowering(aten.expm1.default)
 def expm1(self: TensorValue) -> TensorValue:
     """expm1(Tensor self) -> Tensor"""
-    x = as_tensor(self, out_max_dtype())
-    return ops.sub(ops.exp(x), as_tensor(1, x.dtype))
+    return accurate_expm1(as_tensor(self, out_max_dtype()))
+
+
+def accurate_expm1(x: TensorValue) -> TensorValue:
+    """exp(x) - 1 without the cancellation that loses every digit for tiny x.
+
+    Kahan's form: with u = exp(x), (u - 1) * x / log(u) is accurate wherever
+    u is neither 1 (then the answer is x) nor 0 or inf (then u - 1 is).
+    """
+    u = ops.exp(x)
+    one = as_tensor(1, x.dtype)
+    um1 = ops.sub(u, one)
+    interior = ops.div(ops.mul(um1, x), ops.log(u))
+    edge = ops.logical_or(ops.equal(um1, as_tensor(-1, x.dtype)), ops.is_inf(u))
+    return ops.where(ops.equal(u, one), x, ops.where(edge, um1, interior))
 
 
 @lowering(aten.sign.default)
@@ -248,6 +279,28 @@ def isnan(self: TensorValue) -> TensorValue:
     if not self.dtype.is_float():
         return ops.broadcast_to(as_tensor(False, DType.bool), self.shape)
     return ops.is_nan(self)
+
+
+@lowering(aten.isinf.default)
+def isinf(self: TensorValue) -> TensorValue:
+    """isinf(Tensor self) -> Tensor"""
+    if not self.dtype.is_float():
+        return ops.broadcast_to(as_tensor(False, DType.bool), self.shape)
+    return ops.is_inf(self)
+
+
+@lowering(aten.log2.default)
+def log2(self: TensorValue) -> TensorValue:
+    """log2(Tensor self) -> Tensor"""
+    x = as_tensor(self, out_max_dtype())
+    return ops.mul(ops.log(x), as_tensor(1 / math.log(2), x.dtype))
+
+
+@lowering(aten.log10.default)
+def log10(self: TensorValue) -> TensorValue:
+    """log10(Tensor self) -> Tensor"""
+    x = as_tensor(self, out_max_dtype())
+    return ops.mul(ops.log(x), as_tensor(1 / math.log(10), x.dtype))
 
 
 # -- comparisons ----------------------------------------------------------------
@@ -313,6 +366,7 @@ def logical_xor(self: TensorValue, other: TensorValue) -> TensorValue:
 
 
 def _bool_only(node: torch.fx.Node) -> str | None:
+    """Bool tensors only: MAX has no bitwise ops on integers."""
     # MAX has no bitwise ops on integers; on bools they are the logical ones.
     for arg in node.args:
         meta = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
@@ -322,16 +376,28 @@ def _bool_only(node: torch.fx.Node) -> str | None:
     return None
 
 
-@lowering(aten.bitwise_and.Tensor, supports=_bool_only)
-def bitwise_and(self: TensorValue, other: TensorValue) -> TensorValue:
-    """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor"""
-    return ops.logical_and(self, other)
+@lowering(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, supports=_bool_only)
+def bitwise_and(self: TensorValue, other: Operand) -> TensorValue:
+    """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor
+    bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    return ops.logical_and(self, as_tensor(other, DType.bool))
 
 
-@lowering(aten.bitwise_or.Tensor, supports=_bool_only)
-def bitwise_or(self: TensorValue, other: TensorValue) -> TensorValue:
-    """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor"""
-    return ops.logical_or(self, other)
+@lowering(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, supports=_bool_only)
+def bitwise_or(self: TensorValue, other: Operand) -> TensorValue:
+    """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor
+    bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    return ops.logical_or(self, as_tensor(other, DType.bool))
+
+
+@lowering(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, supports=_bool_only)
+def bitwise_xor(self: TensorValue, other: Operand) -> TensorValue:
+    """bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor
+    bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    return ops.logical_xor(self, as_tensor(other, DType.bool))
 
 
 @lowering(aten.bitwise_not.default, supports=_bool_only)

@@ -24,16 +24,24 @@ def embedding(
     sparse: bool = False,
 ) -> TensorValue:
     """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
+    if indices.rank == 0:
+        # MAX fails to compile a gather by a 0-d index: gather one row.
+        row = ops.gather(weight, ops.reshape(indices, [1]), axis=0)
+        return ops.reshape(row, list(weight.shape[1:]))
     return ops.gather(weight, indices, axis=0)
 
 
 @lowering(aten.index_select.default)
 def index_select(self: TensorValue, dim: int, index: TensorValue) -> TensorValue:
     """index_select(Tensor self, int dim, Tensor index) -> Tensor"""
+    if self.rank == 0:
+        # A 0-d tensor can only be indexed at 0, and the result stays 0-d.
+        return self
     return ops.gather(self, index, axis=normalize_dim(dim, self.rank))
 
 
 def _tensor_indices_only(node: torch.fx.Node) -> str | None:
+    """Integer index tensors only (boolean masks give data-dependent shapes)."""
     for index in node.args[1]:
         meta = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
         if meta is not None and meta.dtype in (torch.bool, torch.uint8):

@@ -6,8 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
+from ..context import current
+from ..dtypes import to_max_dtype
 from ..registry import lowering
 from ..scalars import as_tensor
 
@@ -97,3 +100,88 @@ def native_group_norm(
     if bias is not None:
         out = ops.add(out, _channel_view(bias, input.rank))
     return out, ops.reshape(mean, [N, group]), ops.reshape(rstd, [N, group])
+
+
+def _training(node: torch.fx.Node) -> bool:
+    """The ``training`` argument of a ``_native_batch_norm_legit`` node."""
+    names = [a.name for a in node.target._schema.arguments]
+    position = names.index("training")
+    if position < len(node.args):
+        return bool(node.args[position])
+    return bool(node.kwargs.get("training"))
+
+
+def _training_only(node: torch.fx.Node) -> str | None:
+    """Training mode (evaluation mode without running statistics is an error in torch)."""
+    if not _training(node):
+        # torch raises too: without running statistics there is nothing to
+        # normalize with in evaluation mode.
+        return "batch norm in evaluation mode without running statistics"
+    return None
+
+
+@lowering(aten._native_batch_norm_legit.no_stats, supports=_training_only)
+def batch_norm_no_stats(
+    input: TensorValue,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)"""
+    # Batch statistics per channel (InstanceNorm, or BatchNorm without
+    # running stats); there is nothing to update, so momentum is unused.
+    rank = input.rank
+    # Half precision accumulates in float32, as torch does.
+    dtype = (
+        DType.float32 if input.dtype in (DType.float16, DType.bfloat16) else input.dtype
+    )
+    x = ops.cast(input, dtype)
+    per_channel = ops.reshape(ops.permute(x, [1, 0, *range(2, rank)]), [x.shape[1], -1])
+    mean = ops.mean(per_channel, -1)
+    centered = ops.sub(per_channel, mean)
+    variance = ops.mean(ops.mul(centered, centered), -1)  # biased, as torch's
+    rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, dtype)))
+    out = ops.mul(ops.sub(x, _channel_view(mean, rank)), _channel_view(rstd, rank))
+    if weight is not None:
+        out = ops.mul(out, _channel_view(ops.cast(weight, dtype), rank))
+    if bias is not None:
+        out = ops.add(out, _channel_view(ops.cast(bias, dtype), rank))
+    meta = current().out_meta
+    assert isinstance(meta, (list, tuple))
+    save_dtype = to_max_dtype(meta[1].dtype)
+    return (
+        ops.cast(out, input.dtype),
+        ops.cast(ops.reshape(mean, [-1]), save_dtype),
+        ops.cast(ops.reshape(rstd, [-1]), save_dtype),
+    )
+
+
+def _evaluation_only(node: torch.fx.Node) -> str | None:
+    """Evaluation mode; training mode updates running statistics in place, which torch.compile graphs never contain."""
+    if _training(node):
+        # Training mode updates running_mean and running_var in place; a MAX
+        # graph returns values and cannot write into its inputs. Functionalized
+        # graphs (every graph torch.compile hands us) use the functional
+        # variant instead, which torch decomposes.
+        return "batch norm in training mode updates its running statistics in place"
+    return None
+
+
+@lowering(aten._native_batch_norm_legit.default, supports=_evaluation_only)
+def batch_norm_legit_evaluation(
+    input: TensorValue,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    running_mean: TensorValue,
+    running_var: TensorValue,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """_native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) running_mean, Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)"""
+    # In evaluation mode nothing is mutated: the op is the inference form.
+    return batch_norm_inference(
+        input, weight, bias, running_mean, running_var, momentum, eps
+    )

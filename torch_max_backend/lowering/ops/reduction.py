@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
 from max.dtype import DType
-from max.graph import TensorValue, ops
+from max.graph import Dim, TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 from max.graph.ops.reduction import min as reduce_min
 
@@ -156,3 +157,135 @@ def var_mean(
     x = as_tensor(self, out_max_dtype())
     mean = _reduce(x, dim, keepdim, ops.mean)
     return var(x, dim, correction=correction, keepdim=keepdim), mean
+
+
+@lowering(aten.var.dim)
+def var_dim(
+    self: TensorValue,
+    dim: Sequence[int] | None,
+    unbiased: bool = True,
+    keepdim: bool = False,
+) -> TensorValue:
+    """var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor"""
+    return var(self, dim, correction=1 if unbiased else 0, keepdim=keepdim)
+
+
+@lowering(aten.prod.default)
+def prod_all(self: TensorValue, *, dtype: torch.dtype | None = None) -> TensorValue:
+    """prod(Tensor self, *, ScalarType? dtype=None) -> Tensor"""
+    return _reduce(as_tensor(self, out_max_dtype()), None, False, ops.prod)
+
+
+@lowering(aten.prod.dim_int)
+def prod_dim(
+    self: TensorValue,
+    dim: int,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> TensorValue:
+    """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    return _reduce(as_tensor(self, out_max_dtype()), dim, keepdim, ops.prod)
+
+
+def _zero_index(shape: list[Dim | int], x: TensorValue) -> TensorValue:
+    """Index 0 everywhere: the arg reduction of a single element.
+
+    Built instead of the reduction, which MAX fails to compile over an axis
+    of size 1.
+    """
+    zero = ops.constant(0, DType.int64, device=x.device)
+    return ops.broadcast_to(zero, shape) if shape else zero
+
+
+def _arg_reduce(
+    x: TensorValue, dim: int | None, keepdim: bool, fn: Reducer
+) -> TensorValue:
+    """Index of the first extreme along ``dim`` (over the flattened tensor if None)."""
+    if dim is None:
+        if all(d == 1 for d in x.shape):  # also rank 0
+            return _zero_index([1] * x.rank if keepdim else [], x)
+        flat = fn(ops.reshape(x, [-1]), 0).reshape([])
+        return ops.reshape(flat, [1] * x.rank) if keepdim else flat
+    if x.rank == 0:
+        return _zero_index([], x)
+    if x.shape[dim] == 1:
+        shape = list(x.shape)
+        if not keepdim:
+            del shape[dim]
+        return _zero_index(shape, x)
+    return _reduce(x, dim, keepdim, fn)
+
+
+@lowering(aten.argmax.default)
+def argmax(
+    self: TensorValue, dim: int | None = None, keepdim: bool = False
+) -> TensorValue:
+    """argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
+    return _arg_reduce(self, dim, keepdim, ops.argmax)
+
+
+@lowering(aten.argmin.default)
+def argmin(
+    self: TensorValue, dim: int | None = None, keepdim: bool = False
+) -> TensorValue:
+    """argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
+    return _arg_reduce(self, dim, keepdim, ops.argmin)
+
+
+@lowering(aten.max.dim)
+def max_dim(
+    self: TensorValue, dim: int, keepdim: bool = False
+) -> tuple[TensorValue, TensorValue]:
+    """max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
+    return (
+        _reduce(self, dim, keepdim, reduce_max),
+        _arg_reduce(self, dim, keepdim, ops.argmax),
+    )
+
+
+@lowering(aten.min.dim)
+def min_dim(
+    self: TensorValue, dim: int, keepdim: bool = False
+) -> tuple[TensorValue, TensorValue]:
+    """min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
+    return (
+        _reduce(self, dim, keepdim, reduce_min),
+        _arg_reduce(self, dim, keepdim, ops.argmin),
+    )
+
+
+def power_sum(
+    x: TensorValue, ord: float, dims: Sequence[int] | None = None, keepdim: bool = False
+) -> TensorValue:
+    """sum(|x| ** ord) over ``dims`` in the output dtype (ord 0 counts non-zeros)."""
+    a = ops.abs(as_tensor(x, out_max_dtype()))
+    if ord == 0:
+        a = ops.cast(ops.not_equal(a, as_tensor(0, a.dtype)), a.dtype)
+    elif ord == 2:
+        a = ops.mul(a, a)
+    elif ord != 1:
+        a = ops.pow(a, as_tensor(ord, a.dtype))
+    return _reduce(a, dims, keepdim, ops.sum)
+
+
+# ``ord`` picks the algorithm (0, inf, ...), so it stays a build-time number.
+@lowering(aten.linalg_vector_norm.default, lift_scalars=False)
+def linalg_vector_norm(
+    self: TensorValue,
+    ord: float = 2,
+    dim: Sequence[int] | None = None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> TensorValue:
+    """linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    if ord in (math.inf, -math.inf):
+        a = ops.abs(as_tensor(self, out_max_dtype()))
+        return _reduce(a, dim, keepdim, reduce_max if ord > 0 else reduce_min)
+    total = power_sum(self, ord, dim, keepdim)
+    if ord in (0, 1):
+        return total
+    if ord == 2:
+        return ops.sqrt(total)
+    return ops.pow(total, as_tensor(1 / ord, total.dtype))

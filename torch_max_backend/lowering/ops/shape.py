@@ -178,6 +178,7 @@ def clone(
 
 
 def _same_device(node: torch.fx.Node) -> str | None:
+    """No device change inside a graph (one MAX graph runs on one device)."""
     device = node.kwargs.get("device")
     if device is None:
         return None

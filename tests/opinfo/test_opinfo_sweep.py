@@ -1,0 +1,128 @@
+"""PyTorch's OpInfo database through torch.compile(backend=max_backend), in float32.
+
+Cases are the OpInfo entries that PyTorch's core decompositions turn into
+core ATen ops only. Graph building is checked for every case (fast); the
+numerical check compiles the passing cases in ``BATCHES`` shared graphs
+against eager. ``TORCH_MAX_BACKEND_OPINFO_SAMPLES=N`` checks N samples per
+case instead of one (slower: more and larger graphs).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+import torch
+
+import torch_max_backend.backend as backend_module
+from torch_max_backend import max_backend
+from torch_max_backend.lowering.registry import decomposition_table
+
+from .expected import (
+    DEFAULT_TOLERANCE,
+    EXPECTED_FAILURES,
+    NOT_COMPILED,
+    NUMERIC_FAILURES,
+    TOLERANCES,
+)
+from .sweep import (
+    VIEW_OPS,
+    Case,
+    all_cases,
+    batch_function,
+    build_problem,
+    compare,
+    maps_onto_core,
+    ops_of,
+    trace,
+)
+
+SAMPLES = int(os.environ.get("TORCH_MAX_BACKEND_OPINFO_SAMPLES", "1"))
+BATCHES = 10
+PASS_RATE = 0.90
+
+
+@functools.cache
+def core_cases() -> tuple[Case, ...]:
+    return tuple(c for c in all_cases(SAMPLES) if maps_onto_core(c))
+
+
+@functools.cache
+def build_results() -> dict[str, str | None]:
+    return {c.name: build_problem(c) for c in core_cases()}
+
+
+def passing_cases() -> list[Case]:
+    problems = build_results()
+    return [
+        c
+        for c in core_cases()
+        if problems[c.name] is None
+        and c.name not in EXPECTED_FAILURES
+        and c.name not in NUMERIC_FAILURES
+        and c.name not in NOT_COMPILED
+    ]
+
+
+def test_expected_failure_table_is_current():
+    names = {c.name for c in core_cases()}
+    problems = build_results()
+    listed = set(EXPECTED_FAILURES) | set(NUMERIC_FAILURES) | set(NOT_COMPILED)
+    stale = sorted(listed - names)
+    assert not stale, f"listed cases that are not core-mapping OpInfo cases: {stale}"
+    unexpected = {
+        name: problem
+        for name, problem in problems.items()
+        if problem is not None and name not in EXPECTED_FAILURES
+    }
+    assert not unexpected, "cases that fail to build:\n" + "\n".join(
+        f"  {n}: {p}" for n, p in sorted(unexpected.items())
+    )
+    now_pass = sorted(n for n in EXPECTED_FAILURES if problems[n] is None)
+    assert not now_pass, f"listed as failing but build fine (remove them): {now_pass}"
+
+
+def test_pass_rate_of_core_cases():
+    total = len(core_cases())
+    failing = len(set(EXPECTED_FAILURES) | set(NUMERIC_FAILURES) | set(NOT_COMPILED))
+    rate = (total - failing) / total
+    assert total > 300, f"only {total} core-mapping OpInfo cases found"
+    assert rate >= PASS_RATE, f"{total - failing}/{total} = {rate:.1%} pass"
+
+
+@pytest.mark.parametrize("batch", range(BATCHES))
+def test_opinfo_batch_matches_eager(batch, monkeypatch):
+    cases = passing_cases()[batch::BATCHES]
+    compiled_ops: set[str] = set()
+    original = backend_module.build_graph
+
+    def recording(gm: torch.fx.GraphModule):
+        compiled_ops.update(ops_of([gm]))
+        return original(gm)
+
+    monkeypatch.setattr(backend_module, "build_graph", recording)
+    fn, inputs, owners = batch_function(cases)
+    expected = fn(*[x.clone() for x in inputs])
+    # One graph per batch: a graph break would recompile the shared sample
+    # wrapper per case, turn on automatic dynamic shapes and hide cases in
+    # eager fallbacks.
+    compiled = torch.compile(fn, backend=max_backend, fullgraph=True)
+    got = compiled(*[x.clone() for x in inputs])
+    assert len(got) == len(expected)
+    mismatches = compare(owners, cases, got, expected, TOLERANCES, DEFAULT_TOLERANCE)
+    assert not mismatches, "\n".join(
+        f"{m.case} sample {m.sample}: {m.message}" for m in mismatches
+    )
+    # Every case's ATen ops must have run on MAX, not eagerly after a graph
+    # break.
+    eager = {}
+    for case in cases:
+        sample = case.samples[0]
+        ops = ops_of(trace(sample.fn, sample.inputs(), decomposition_table()))
+        missing = ops - compiled_ops
+        if missing <= VIEW_OPS:
+            continue  # views of inputs, replayed by AOTAutograd (see VIEW_OPS)
+        if missing:
+            eager[case.name] = sorted(missing)
+    assert not eager, f"ops that did not run on MAX: {eager}"

@@ -1,0 +1,128 @@
+"""Padding: constant, reflection and replication, onto MAX's ``ops.pad``.
+
+torch lists pads as (before, after) pairs starting from the last dim; MAX
+wants one pair for every dim, starting from the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue, ops
+
+from ..registry import lowering
+from ..scalars import Operand, as_tensor
+
+aten = torch.ops.aten
+
+
+def _max_paddings(rank: int, pad: Sequence[int]) -> list[int]:
+    paddings = [0] * (2 * rank)
+    for i in range(len(pad) // 2):
+        dim = rank - 1 - i
+        paddings[2 * dim] = pad[2 * i]
+        paddings[2 * dim + 1] = pad[2 * i + 1]
+    return paddings
+
+
+def _crop_negative(
+    x: TensorValue, paddings: list[int]
+) -> tuple[TensorValue, list[int]]:
+    """Negative pads crop: slice them off; the positive ones are left to pad."""
+    if all(p >= 0 for p in paddings):
+        return x, paddings
+    crops = [
+        slice(-min(before, 0), min(after, 0) or None)
+        for before, after in zip(paddings[::2], paddings[1::2], strict=True)
+    ]
+    return ops.slice_tensor(x, crops), [max(p, 0) for p in paddings]
+
+
+def _int_pads(node: torch.fx.Node) -> str | None:
+    pad = node.args[1]
+    if not all(isinstance(p, int) for p in pad):
+        return "padding by symbolic amounts"
+    return None
+
+
+def _constant_pads(node: torch.fx.Node) -> str | None:
+    """Static pad amounts; negative ones crop a static dim."""
+    reason = _int_pads(node)
+    if reason is not None:
+        return reason
+    shape = node.args[0].meta["val"].shape
+    pad = node.args[1]
+    for i in range(len(pad) // 2):
+        if min(pad[2 * i], pad[2 * i + 1]) < 0 and not isinstance(shape[-1 - i], int):
+            return "cropping a symbolic dim by a negative pad"
+    return None
+
+
+def _non_negative_pads(node: torch.fx.Node) -> str | None:
+    """Static, non-negative pad amounts."""
+    reason = _int_pads(node)
+    if reason is None and any(p < 0 for p in node.args[1]):
+        # MAX's pad takes no negative amounts, and these are rare.
+        return "reflection padding by negative amounts"
+    return reason
+
+
+def _replication_pads(node: torch.fx.Node) -> str | None:
+    """Static pad amounts; negative ones crop a static dim."""
+    # A negative amount crops, as in constant padding; only a static size
+    # can be cropped.
+    return _constant_pads(node)
+
+
+@lowering(aten.constant_pad_nd.default, supports=_constant_pads)
+def constant_pad_nd(
+    self: TensorValue, pad: Sequence[int], value: Operand = 0
+) -> TensorValue:
+    """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"""
+    self, paddings = _crop_negative(self, _max_paddings(self.rank, pad))
+    # ops.pad reads the fill value on the host (it builds its own constants
+    # there), so a lifted scalar on an accelerator is moved to the CPU.
+    fill = ops.transfer_to(as_tensor(value, self.dtype), DeviceRef.CPU())
+    return ops.pad(self, paddings, mode="constant", value=fill)
+
+
+@lowering(
+    aten.reflection_pad1d.default,
+    aten.reflection_pad2d.default,
+    aten.reflection_pad3d.default,
+    supports=_non_negative_pads,
+)
+def reflection_pad(self: TensorValue, padding: Sequence[int]) -> TensorValue:
+    """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor
+    reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor
+    reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor
+    """
+    # MAX's "reflect" excludes the edge element, as torch's reflection does.
+    return ops.pad(self, _max_paddings(self.rank, padding), mode="reflect")
+
+
+@lowering(
+    aten.replication_pad2d.default,
+    aten.replication_pad3d.default,
+    supports=_replication_pads,
+)
+def replication_pad(self: TensorValue, padding: Sequence[int]) -> TensorValue:
+    """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor
+    replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor
+    """
+    paddings = _max_paddings(self.rank, padding)
+    for axis in range(self.rank):
+        before, after = paddings[2 * axis], paddings[2 * axis + 1]
+        if before >= 0 and after >= 0:
+            continue
+        # A negative amount: output i reads input clamp(i - before, 0, n - 1),
+        # which a crop cannot give when it would empty the axis.
+        n = int(self.shape[axis])
+        source = np.clip(np.arange(n + before + after) - before, 0, n - 1)
+        index = ops.constant(source, DType.int64, device=self.device)
+        self = ops.gather(self, index, axis=axis)
+        paddings[2 * axis] = paddings[2 * axis + 1] = 0
+    return ops.pad(self, paddings, mode="edge")
