@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch._inductor.inductor_prims  # defines prims.fma, lowered below
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
@@ -17,6 +18,7 @@ from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 
 
 def _is_one(x: Operand) -> bool:
@@ -68,6 +70,15 @@ def mul(self: Operand, other: Operand) -> TensorValue:
     if a.dtype == DType.bool:
         return ops.logical_and(a, b)
     return ops.mul(a, b)
+
+
+@lowering(prims.fma.default)
+def fma(a: TensorValue, b: TensorValue, c: TensorValue) -> TensorValue:
+    """prims::fma(Tensor a, Tensor b, Tensor c) -> Tensor"""
+    # Dynamo emits it for in-place updates with a tensor scale, such as an
+    # optimizer's ``param.add_(grad, alpha=-lr)`` when lr is a tensor.
+    x, y, z = promote(a, b, c)
+    return ops.add(ops.mul(x, y), z)
 
 
 @lowering(aten.div.Tensor, aten.div.Scalar)

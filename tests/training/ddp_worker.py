@@ -1,0 +1,67 @@
+"""One rank of the data-parallel test: a DDP model compiled with max_backend.
+
+Run as ``python ddp_worker.py RANK WORLD_SIZE OUT_DIR``; it writes
+``OUT_DIR/rank{RANK}.pt`` with the final parameters, gradients, losses and the
+number of MAX graph calls. The model, data and steps come from ``ddp_case``
+so that the single-process reference in the test uses the very same ones.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, str(Path(__file__).parent))
+import ddp_case  # after the path set-up: this script runs outside the test package
+
+from torch_max_backend import max_backend
+from torch_max_backend.runtime.compiled_graph import CompiledGraph
+
+
+def main(rank: int, world: int, out_dir: Path) -> None:
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{out_dir / 'rendezvous'}",
+        rank=rank,
+        world_size=world,
+    )
+    calls = 0
+    original = CompiledGraph.__call__
+
+    def counted(self: CompiledGraph, args: list) -> list:
+        nonlocal calls
+        calls += 1
+        return original(self, args)
+
+    CompiledGraph.__call__ = counted  # type: ignore[method-assign]
+    model = ddp_case.make_model()
+    compiled = torch.compile(DistributedDataParallel(model), backend=max_backend)
+    optimizer = ddp_case.make_optimizer(model.parameters())
+    losses = []
+    for x, y in ddp_case.batches():
+        # Each rank trains on its contiguous share of the global batch.
+        x, y = x.chunk(world)[rank], y.chunk(world)[rank]
+        optimizer.zero_grad()
+        loss = F.mse_loss(compiled(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    torch.save(
+        {
+            "params": {n: p.detach() for n, p in model.named_parameters()},
+            "grads": {n: p.grad for n, p in model.named_parameters()},
+            "losses": losses,
+            "max_calls": calls,
+        },
+        out_dir / f"rank{rank}.pt",
+    )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))
