@@ -23,13 +23,17 @@ from .errors import (
 )
 from .lowering.registry import MAPPING_TORCH_ATEN_TO_MAX, lowering
 from .runtime.devices import get_accelerators
+from .runtime.stats import CompileStats, compile_stats, reset_compile_stats
 
 __all__ = [
     "MAPPING_TORCH_ATEN_TO_MAX",
+    "CompileStats",
     "LoweringError",
     "MaxCompilerError",
     "UnsupportedOpsError",
+    "compile_stats",
     "get_accelerators",
     "lowering",
     "max_backend",
+    "reset_compile_stats",
 ]

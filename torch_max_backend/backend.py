@@ -23,6 +23,7 @@ from .lowering.graph_builder import build_graph, check_supported
 from .lowering.registry import decomposition_table
 from .runtime.compiled_graph import CompiledGraph, GraphStats, ProfiledCompiledGraph
 from .runtime.session import compile_graph
+from .runtime.stats import record as record_stats
 from .settings import Settings
 
 _graph_ids = itertools.count()
@@ -42,8 +43,10 @@ def compile_aten_graph(
         print(gm.print_readable(print_output=False))
     # AOTAutograd calls compilers under its fake mode; constants and scalar
     # inputs must be real tensors.
+    build_start = time.perf_counter()
     with unset_fake_temporarily():
         built = build_graph(gm)
+    record_stats(graphs_built=1, build_seconds=time.perf_counter() - build_start)
     if settings.verbose:
         print(f"torch-max-backend: MAX graph {name}:\n{built.graph}")
     start = time.perf_counter()

@@ -50,16 +50,6 @@ def test_dropout_statistics_gradient_and_seeding(max_calls):
     assert max_calls.of("backward") == 3
 
 
-def test_eval_mode_dropout_is_identity(max_calls):
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5)).eval()
-    x = torch.randn(4, 8)
-    with torch.no_grad():
-        torch.testing.assert_close(
-            torch.compile(model, backend=max_backend)(x), model(x)
-        )
-    assert max_calls.count == 1
-
-
 def test_bfloat16_autocast_training_step(max_calls):
     torch.manual_seed(0)
     model = torch.nn.Sequential(

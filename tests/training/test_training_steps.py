@@ -12,6 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torch_max_backend.runtime.compiled_graph import CompiledGraph
+
 from .helpers import assert_same_training, train_both
 
 STEPS = 5
@@ -25,7 +27,29 @@ def _regression_batches(n_in: int, n_out: int) -> list[tuple[torch.Tensor, ...]]
     ]
 
 
-def test_mlp_sgd_momentum_clipping_and_scheduler(max_calls):
+class PointerLog:
+    """Data pointers of forward outputs and of backward inputs, per call."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.forward_out: set[int] = set()
+        self.backward_in: list[torch.Tensor] = []
+        original = CompiledGraph.__call__
+
+        def logged(graph: CompiledGraph, args: list) -> list:
+            if graph.name.startswith("backward"):
+                self.backward_in += [a for a in args if isinstance(a, torch.Tensor)]
+            out = original(graph, args)
+            if graph.name.startswith("forward"):
+                self.forward_out |= {
+                    o.data_ptr() for o in out if isinstance(o, torch.Tensor)
+                }
+            return out
+
+        monkeypatch.setattr(CompiledGraph, "__call__", logged)
+
+
+def test_mlp_sgd_momentum_clipping_and_scheduler(max_calls, monkeypatch):
+    pointers = PointerLog(monkeypatch)
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
@@ -58,6 +82,12 @@ def test_mlp_sgd_momentum_clipping_and_scheduler(max_calls):
     per_step = len(max_calls.names) // STEPS
     steps = [max_calls.names[k * per_step : (k + 1) * per_step] for k in range(STEPS)]
     assert all(step == steps[1] for step in steps[2:])
+    # Activations saved for the backward pass reach the backward MAX graph as
+    # the very buffers the forward graph produced: contiguous, so DLPack hands
+    # them over without a copy.
+    saved = [t for t in pointers.backward_in if t.data_ptr() in pointers.forward_out]
+    assert saved
+    assert all(t.is_contiguous() for t in saved)
 
 
 class SmallCNN(torch.nn.Module):

@@ -20,6 +20,7 @@ from max.engine import Model
 from tabulate import tabulate
 
 from ..lowering.graph_builder import SEED, BuiltGraph, OutputSlot
+from .stats import compile_stats
 
 _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
@@ -182,4 +183,11 @@ def profile_table() -> str:
 
 def print_profile() -> None:
     if PROFILE:
-        print("torch-max-backend profile:\n" + profile_table())
+        s = compile_stats()
+        print(
+            "torch-max-backend profile:\n"
+            + profile_table()
+            + f"\n{s.graphs_built} graph(s) built in {s.build_seconds:.2f}s; "
+            f"{s.max_compiles} MAX compile(s) in {s.compile_seconds:.2f}s; "
+            f"{s.cache_hits} in-process cache hit(s)"
+        )

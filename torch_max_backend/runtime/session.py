@@ -16,6 +16,7 @@ import torch
 from max.engine import InferenceSession, Model
 from max.graph import Graph
 
+from . import stats
 from .devices import max_device
 
 
@@ -53,4 +54,8 @@ def compile_graph(graph: Graph, device: torch.device) -> tuple[Model, CompileRec
             _MODELS[cache_key] = model
     record = CompileRecord(key, time.perf_counter() - start, cached)
     COMPILE_LOG.append(record)
+    if cached:
+        stats.record(cache_hits=1)
+    else:
+        stats.record(max_compiles=1, compile_seconds=record.seconds)
     return model, record
