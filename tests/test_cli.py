@@ -26,3 +26,21 @@ def test_doctor_names_versions_and_devices(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "max 26.7.0" in out and "MAX devices:" in out and "cpu" in out.lower()
+
+
+def test_cache_command_lists_and_clears_max_caches(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MODULAR_DERIVED_PATH", str(tmp_path))
+    graphs = tmp_path / "cache" / ".max_cache" / "mof"
+    graphs.mkdir(parents=True)
+    (graphs / "a.mef").write_bytes(b"x" * 2048)
+    (graphs / "b.mef").write_bytes(b"y" * 1024)
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if ".max_cache" in x)
+    assert str(tmp_path / "cache" / ".max_cache") in line
+    assert "compiled MAX graphs" in line and " 2 " in line
+    assert main(["cache", "--clear"]) == 0
+    assert "0.0 MiB freed" in capsys.readouterr().out  # 3 KiB rounds to 0.0
+    assert not graphs.exists()
+    # Clearing what is not there is not an error.
+    assert main(["cache", "--clear"]) == 0

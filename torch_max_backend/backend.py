@@ -22,6 +22,7 @@ from .lowering import ops as _ops  # noqa: F401  (registers the lowerings)
 from .lowering.graph_builder import build_graph, check_supported
 from .lowering.registry import decomposition_table
 from .runtime.compiled_graph import CompiledGraph, GraphStats, ProfiledCompiledGraph
+from .runtime.progress import compile_progress, wanted
 from .runtime.session import compile_graph
 from .runtime.stats import record as record_stats
 from .settings import Settings
@@ -53,8 +54,11 @@ def compile_aten_graph(
     model = None
     cached = True
     if built.num_graph_outputs:
+        ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        label = f"graph {name} ({ops} ATen ops, {built.device})"
         try:
-            model, record = compile_graph(built.graph, built.device)
+            with compile_progress(label, enabled=wanted(settings.verbose)):
+                model, record = compile_graph(built.graph, built.device)
         except Exception as e:
             raise MaxCompilerError(
                 f"MAX failed to compile graph {name} ({len(gm.graph.nodes)} FX "

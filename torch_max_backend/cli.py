@@ -2,6 +2,7 @@
 
 torch-max-backend ops [--write docs/ops.md]   the ATen ops lowered to MAX
 torch-max-backend doctor                       versions and MAX devices
+torch-max-backend cache [--clear]              MAX's disk caches: place, size
 """
 
 from __future__ import annotations
@@ -80,12 +81,30 @@ def _doctor() -> str:
     return f"torch {torch.__version__}\nmax {version('max')}\nMAX devices: {devices}"
 
 
+def _cache(clear: bool) -> str:
+    from .runtime.disk_cache import cache_parts, cache_root, clear_cache
+
+    if clear:
+        freed = clear_cache()
+        return (
+            f"cleared MAX's caches under {cache_root()}: {freed / 2**20:.1f} MiB freed"
+        )
+    rows = [
+        [str(p.path), p.what, p.files, f"{p.bytes / 2**20:.1f}"] for p in cache_parts()
+    ]
+    return tabulate(rows, headers=["directory", "holds", "files", "MiB"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torch-max-backend")
     sub = parser.add_subparsers(dest="command", required=True)
     ops_parser = sub.add_parser("ops", help="list the ATen ops lowered to MAX")
     ops_parser.add_argument("--write", type=Path, help="write the markdown table here")
     sub.add_parser("doctor", help="versions and MAX devices")
+    cache_parser = sub.add_parser("cache", help="MAX's disk caches: place and size")
+    cache_parser.add_argument(
+        "--clear", action="store_true", help="delete them (the next compiles are cold)"
+    )
     args = parser.parse_args(argv)
     if args.command == "ops":
         text = ops_markdown()
@@ -93,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             args.write.write_text(text)
         else:
             sys.stdout.write(text)
+    elif args.command == "cache":
+        print(_cache(args.clear))
     else:
         print(_doctor())
     return 0
