@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 
 import torch
-from max.graph import TensorValue, ops
+from max.dtype import DType
+from max.graph import Dim, TensorValue, ops
 
 from ..context import current
 from ..registry import lowering
@@ -78,21 +79,52 @@ def scalar_tensor(
     return as_tensor(s, out_max_dtype())
 
 
-def _static_range(node: torch.fx.Node) -> str | None:
-    """Bounds known at compile time (a symbolic bound is refused)."""
-    args = [a for a in node.args if isinstance(a, torch.fx.Node)]
-    return "arange with symbolic bounds" if args else None
+def _range_supported(node: torch.fx.Node) -> str | None:
+    """Static bounds, or symbolic integer bounds with a constant positive step."""
+    symbolic = [a for a in node.args if isinstance(a, torch.fx.Node)]
+    if not symbolic:
+        return None
+    if not all(isinstance(a.meta.get("val"), torch.SymInt) for a in symbolic):
+        return "arange with symbolic non-integer bounds"
+    step = node.args[2] if len(node.args) > 2 else 1
+    if not isinstance(step, int) or step <= 0:
+        return "arange with symbolic bounds and a step that is not a positive constant"
+    return None
+
+
+def _bound(value: int | Dim) -> TensorValue:
+    if isinstance(value, Dim):
+        return ops.cast(ops.shape_to_tensor([value]).reshape([]), DType.int64)
+    return ops.constant(value, DType.int64, device=current().device)
+
+
+def _symbolic_range(start: int | Dim, end: int | Dim, step: int) -> TensorValue:
+    # Sizes known only at run time: the length is a MAX shape expression,
+    # ceil((end - start) / step), and the bounds are read from it at run time.
+    length = Dim(end) - Dim(start)
+    if step != 1:
+        length = (length + (step - 1)) // step
+    device = current().device
+    values = ops.range(
+        _bound(start),
+        _bound(end),
+        _bound(step),
+        out_dim=length,
+        dtype=DType.int64,
+        device=device,
+    )
+    return ops.cast(values, out_max_dtype())
 
 
 @lowering(
     aten.arange.start_step,
     aten.arange.start,
     lift_scalars=False,
-    supports=_static_range,
+    supports=_range_supported,
 )
 def arange(
-    start: int | float,
-    end: int | float,
+    start: int | float | Dim,
+    end: int | float | Dim,
     step: int | float = 1,
     *,
     dtype: torch.dtype | None = None,
@@ -103,6 +135,8 @@ def arange(
     """arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
     arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
     """
+    if isinstance(start, Dim) or isinstance(end, Dim):
+        return _symbolic_range(start, end, int(step))
     length = max(0, math.ceil((end - start) / step))
     out = out_max_dtype()
     # The end is recomputed from the length so that MAX's shape inference
@@ -117,9 +151,9 @@ def arange(
     )
 
 
-@lowering(aten.arange.default, lift_scalars=False, supports=_static_range)
+@lowering(aten.arange.default, lift_scalars=False, supports=_range_supported)
 def arange_end(
-    end: int | float,
+    end: int | float | Dim,
     *,
     dtype: torch.dtype | None = None,
     layout: torch.layout | None = None,
