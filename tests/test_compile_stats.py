@@ -36,3 +36,35 @@ def test_same_structure_twice_compiles_once(max_calls):
     assert max_calls.of("inference") == 2
     reset_compile_stats()
     assert compile_stats().graphs_built == 0
+
+
+def test_second_model_of_same_architecture_is_a_cache_hit(max_calls):
+    def mlp() -> torch.nn.Module:
+        return torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
+        ).eval()
+
+    torch.manual_seed(0)
+    first, second = mlp(), mlp()  # same architecture, different weights
+    x = torch.randn(3, 8)
+    reset_compile_stats()
+    with torch.no_grad():
+        for model in (first, second):
+            torch.testing.assert_close(
+                torch.compile(model, backend=max_backend)(x), model(x)
+            )
+        # Parameters are inputs of Dynamo's graph too: Dynamo reuses the
+        # first model's compiled code for the second, compiling nothing.
+        assert compile_stats().graphs_built == 1
+        once = compile_stats().max_compiles
+        # A fresh Dynamo builds the graph again; weights are MAX graph inputs,
+        # not constants, so it is the first model's MAX graph: a cache hit.
+        torch._dynamo.reset()
+        torch.testing.assert_close(
+            torch.compile(second, backend=max_backend)(x), second(x)
+        )
+    stats = compile_stats()
+    assert stats.graphs_built == 2
+    assert stats.cache_hits == 1
+    assert stats.max_compiles == once
+    assert max_calls.of("inference") == 3

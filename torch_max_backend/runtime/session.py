@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import threading
 import time
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from max.engine import InferenceSession, Model
@@ -18,6 +21,7 @@ from max.graph import Graph
 
 from . import stats
 from .devices import max_device
+from .disk_cache import cache_root
 
 
 @dataclass
@@ -41,6 +45,47 @@ def graph_key(graph: Graph) -> str:
     return hashlib.sha256(str(graph).encode()).hexdigest()[:16]
 
 
+_CORRUPT = re.compile(r"corrupted file: .*? for file '([^']+)'")
+
+
+def _corrupt_cache_file(error: BaseException) -> Path | None:
+    """The MAX cache file an error blames as corrupt, if it lies in MAX's cache."""
+    seen: BaseException | None = error
+    while seen is not None:
+        match = _CORRUPT.search(str(seen))
+        if match:
+            path = Path(match.group(1))
+            root = cache_root().resolve()
+            if path.resolve().is_relative_to(root):
+                return path
+            return None
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _load_healing_cache(session: InferenceSession, graph: Graph) -> Model:
+    """``session.load``, recompiling when MAX finds its cached artifact corrupt.
+
+    MAX verifies a cached artifact's hash and fails the load when it does not
+    match (a truncated write, a disk error); it does not recompile by itself.
+    The blamed file is removed and the graph compiled afresh, once.
+    """
+    try:
+        return session.load(graph)
+    except Exception as e:
+        path = _corrupt_cache_file(e)
+        if path is None:
+            raise
+        warnings.warn(
+            f"torch-max-backend: MAX's cache entry {path} is corrupt; "
+            "removing it and compiling the graph again",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        path.unlink(missing_ok=True)
+        return session.load(graph)
+
+
 def compile_graph(graph: Graph, device: torch.device) -> tuple[Model, CompileRecord]:
     """The loaded MAX model of ``graph``, compiled at most once per process."""
     key = graph_key(graph)
@@ -50,7 +95,7 @@ def compile_graph(graph: Graph, device: torch.device) -> tuple[Model, CompileRec
         model = _MODELS.get(cache_key)
         cached = model is not None
         if model is None:
-            model = session_for(device).load(graph)
+            model = _load_healing_cache(session_for(device), graph)
             _MODELS[cache_key] = model
     record = CompileRecord(key, time.perf_counter() - start, cached)
     COMPILE_LOG.append(record)
