@@ -174,9 +174,7 @@ def run(
             if len(x) < args.batch_size:  # pad to the compiled batch shape
                 pad = args.batch_size - len(x)
                 x = torch.cat([x, x.new_zeros(pad, *x.shape[1:])])
-                correct += (predict(x)[: len(y)] == y).sum().item()
-            else:
-                correct += (predict(x) == y).sum().item()
+            correct += (predict(x)[: len(y)] == y).sum().item()
     result.accuracy = 100.0 * correct / len(test_x)
     return result
 

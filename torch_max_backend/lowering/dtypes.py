@@ -42,6 +42,11 @@ def to_torch_dtype(dtype: DType) -> torch.dtype:
         raise TypeError(f"torch has no dtype for MAX {dtype}") from None
 
 
+def accumulation_dtype(dtype: DType) -> DType:
+    """The dtype statistics are computed in: float32 for half precision, as torch's kernels do."""
+    return DType.float32 if dtype in (DType.float16, DType.bfloat16) else dtype
+
+
 def supported_dtype(dtype: torch.dtype) -> bool:
     return dtype in _TORCH_TO_MAX
 

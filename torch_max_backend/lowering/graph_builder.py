@@ -102,23 +102,15 @@ def _first_tensor_meta(values: Any) -> torch.Tensor | None:
     against the list's dtype just as a plain op's scalar does against its tensor.
     """
     for value in values:
+        if isinstance(value, torch.fx.Node):
+            value = value.meta.get("val")  # a fake tensor, or a list of them
+        if isinstance(value, torch.Tensor):
+            return value
         if isinstance(value, (list, tuple)):
             found = _first_tensor_meta(value)
             if found is not None:
                 return found
-        elif isinstance(value, torch.fx.Node):
-            meta = value.meta.get("val")
-            if isinstance(meta, torch.Tensor):
-                return meta
-            if isinstance(meta, (list, tuple)):
-                found = _first_tensor_meta_of(meta)
-                if found is not None:
-                    return found
     return None
-
-
-def _first_tensor_meta_of(metas: Any) -> torch.Tensor | None:
-    return next((m for m in metas if isinstance(m, torch.Tensor)), None)
 
 
 def _takes_number(arg: torch.Argument) -> bool:

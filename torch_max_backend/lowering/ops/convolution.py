@@ -9,7 +9,7 @@ from max.graph import TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
 from ..registry import lowering
-from .transposed_conv import pair, per_axis, transposed_conv2d
+from .transposed_conv import over_unit_height, pair, per_axis, transposed_conv2d
 
 aten = torch.ops.aten
 
@@ -87,7 +87,7 @@ def convolution(
     if one_d:
         # A 1-d convolution is a 2-d one over a height of 1.
         input, weight = ops.unsqueeze(input, 2), ops.unsqueeze(weight, 2)
-        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
+        stride, padding, dilation = over_unit_height(stride, padding, dilation)
         output_padding = [0, *output_padding]
     if transposed:
         out = _transposed(

@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
 from ..context import current
-from ..dtypes import to_max_dtype
+from ..dtypes import accumulation_dtype, to_max_dtype
 from ..registry import lowering
-from .transposed_conv import pair, transposed_conv2d
+from .transposed_conv import over_unit_height, pair, transposed_conv2d
 
 aten = torch.ops.aten
 
@@ -43,11 +42,6 @@ def _like_meta(values: Sequence[TensorValue | None]) -> tuple[TensorValue | None
             value = ops.cast(value, to_max_dtype(m.dtype))
         out.append(value)
     return tuple(out)
-
-
-def _compute_dtype(dtype: DType) -> DType:
-    # Half-precision statistics accumulate in float32, as torch's kernels do.
-    return DType.float32 if dtype in (DType.float16, DType.bfloat16) else dtype
 
 
 def _sum_to(
@@ -152,7 +146,7 @@ def convolution_backward(
         grad_output, input, weight = (
             ops.unsqueeze(t, 2) for t in (grad_output, input, weight)
         )
-        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
+        stride, padding, dilation = over_unit_height(stride, padding, dilation)
     stride2, padding2, dilation2 = (
         pair(stride, 1),
         pair(padding, 0),
@@ -206,7 +200,7 @@ def native_layer_norm_backward(
 ) -> tuple[TensorValue | None, TensorValue | None, TensorValue | None]:
     """native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"""
     want_input, want_weight, want_bias = _wanted(output_mask)
-    dtype = _compute_dtype(input.dtype)
+    dtype = accumulation_dtype(input.dtype)
     lead = list(input.shape)[: input.rank - len(normalized_shape)]
     # The normalized dims as one flattened last axis, statistics as [*lead, 1].
     x = ops.cast(ops.reshape(input, [*lead, -1]), dtype)
@@ -256,7 +250,7 @@ def native_group_norm_backward(
 ) -> tuple[TensorValue | None, TensorValue | None, TensorValue | None]:
     """native_group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, SymInt N, SymInt C, SymInt HxW, int group, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"""
     want_input, want_weight, want_bias = _wanted(output_mask)
-    dtype = _compute_dtype(input.dtype)
+    dtype = accumulation_dtype(input.dtype)
     # [N, group, C / group, HxW]: statistics per (n, group), parameters per channel.
     grouped = [N, group, -1, HxW]
     x = ops.cast(ops.reshape(input, grouped), dtype)

@@ -6,25 +6,32 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
 from ..context import current
-from ..dtypes import to_max_dtype
+from ..dtypes import accumulation_dtype, to_max_dtype
 from ..registry import lowering
 from ..scalars import as_tensor
 
 aten = torch.ops.aten
 
 
-def _normalize_last(
+def _moments_last(
     x: TensorValue, eps: float
 ) -> tuple[TensorValue, TensorValue, TensorValue]:
-    """(x - mean) * rstd over the last axis, with mean and rstd (kept dims)."""
+    """x - mean, mean and rstd over the last axis (kept dims; biased variance, as torch's)."""
     mean = ops.mean(x, -1)
     centered = ops.sub(x, mean)
     variance = ops.mean(ops.mul(centered, centered), -1)
     rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, x.dtype)))
+    return centered, mean, rstd
+
+
+def _normalize_last(
+    x: TensorValue, eps: float
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """(x - mean) * rstd over the last axis, with mean and rstd (kept dims)."""
+    centered, mean, rstd = _moments_last(x, eps)
     return ops.mul(centered, rstd), mean, rstd
 
 
@@ -133,16 +140,10 @@ def batch_norm_no_stats(
     # Batch statistics per channel (InstanceNorm, or BatchNorm without
     # running stats); there is nothing to update, so momentum is unused.
     rank = input.rank
-    # Half precision accumulates in float32, as torch does.
-    dtype = (
-        DType.float32 if input.dtype in (DType.float16, DType.bfloat16) else input.dtype
-    )
+    dtype = accumulation_dtype(input.dtype)
     x = ops.cast(input, dtype)
     per_channel = ops.reshape(ops.permute(x, [1, 0, *range(2, rank)]), [x.shape[1], -1])
-    mean = ops.mean(per_channel, -1)
-    centered = ops.sub(per_channel, mean)
-    variance = ops.mean(ops.mul(centered, centered), -1)  # biased, as torch's
-    rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, dtype)))
+    _, mean, rstd = _moments_last(per_channel, eps)
     out = ops.mul(ops.sub(x, _channel_view(mean, rank)), _channel_view(rstd, rank))
     if weight is not None:
         out = ops.mul(out, _channel_view(ops.cast(weight, dtype), rank))

@@ -28,6 +28,13 @@ def pair(values: Sequence[int], default: int) -> tuple[int, int]:
     return first, second
 
 
+def over_unit_height(
+    stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]
+) -> tuple[list[int], list[int], list[int]]:
+    """A 1-d convolution's parameters as those of a 2-d one over a height of 1."""
+    return [1, *stride], [0, *padding], [1, *dilation]
+
+
 def flip(x: TensorValue, axis: int) -> TensorValue:
     n = int(x.shape[axis])
     if n == 1:
