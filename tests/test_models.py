@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_max_backend import max_backend
+from torch_max_backend import compile_stats, max_backend, reset_compile_stats
 
 transformers = pytest.importorskip("transformers")
 
@@ -26,3 +26,62 @@ def test_gpt2_logits_match_eager(max_calls):
     # the differences seen over many seeds by a wide margin.
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     assert max_calls.of("inference") == 1
+
+
+def _gpt2_sizes(compiled, logits, sizes, vocab: int) -> None:
+    for batch, seq in sizes:
+        ids = torch.randint(0, vocab, (batch, seq))
+        torch._dynamo.mark_dynamic(ids, 0)
+        torch._dynamo.mark_dynamic(ids, 1)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(ids), logits(ids), rtol=1e-4, atol=1e-4)
+
+
+def test_gpt2_dynamic_batch_and_sequence_share_one_max_graph(max_calls):
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4)
+    model = transformers.GPT2LMHeadModel(config).eval()
+
+    def logits(input_ids):
+        return model(input_ids, use_cache=False).logits
+
+    compiled = torch.compile(
+        logits, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
+    reset_compile_stats()
+    # Dynamo specializes a dim of size 1 (its "0/1 specialization"), so batch 1
+    # is a graph of its own; every batch >= 2 and every length share one.
+    _gpt2_sizes(compiled, logits, [(1, 7), (2, 33), (4, 128), (3, 20)], 1000)
+    marked = compile_stats()
+    assert marked.graphs_built == 2
+    assert marked.max_compiles + marked.cache_hits == 2
+    assert max_calls.of("inference") == 4
+
+    # dynamic=True: every size symbolic from the first call on. Its graph
+    # differs from the one above (Python floats become graph inputs too).
+    torch._dynamo.reset()
+    everything = torch.compile(
+        logits, backend=max_backend, dynamic=True, options={"strict": True}
+    )
+    reset_compile_stats()
+    _gpt2_sizes(everything, logits, [(2, 40), (5, 64), (3, 9)], 1000)
+    assert compile_stats().graphs_built == 1
+    assert compile_stats().max_compiles + compile_stats().cache_hits == 1
+    assert max_calls.of("inference") == 7
+
+
+def test_explain_gpt2_lists_every_op_on_max_and_no_graph_breaks():
+    from torch_max_backend import explain
+
+    config = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 1000, (2, 16))
+    report = explain(lambda i: model(i, use_cache=False).logits, ids)
+    assert report.graph_breaks == []
+    (graph,) = report.graphs
+    ops = {op.op: op for op in graph.ops}
+    assert ops["aten.addmm.default"].count == 2 * 4  # 4 projections per layer
+    assert ops["aten.native_layer_norm.default"].count == 2 * 2 + 1
+    assert all(op.on_max for op in graph.ops)
+    assert report.unsupported == {}
+    assert "aten.addmm.default" in report.table()

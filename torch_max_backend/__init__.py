@@ -21,6 +21,8 @@ from .errors import (
     MaxCompilerError,
     UnsupportedOpsError,
 )
+from .explain import ExplainReport, explain
+from .fallback import FallbackWarning
 from .lowering.registry import MAPPING_TORCH_ATEN_TO_MAX, lowering
 from .runtime.devices import get_accelerators
 from .runtime.stats import CompileStats, compile_stats, reset_compile_stats
@@ -28,10 +30,13 @@ from .runtime.stats import CompileStats, compile_stats, reset_compile_stats
 __all__ = [
     "MAPPING_TORCH_ATEN_TO_MAX",
     "CompileStats",
+    "ExplainReport",
+    "FallbackWarning",
     "LoweringError",
     "MaxCompilerError",
     "UnsupportedOpsError",
     "compile_stats",
+    "explain",
     "get_accelerators",
     "lowering",
     "max_backend",

@@ -14,10 +14,13 @@ from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import default_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .errors import MaxCompilerError
+from .fallback import needs_torch, split_and_compile
+from .fallback import warn as warn_fallback
 from .lowering import ops as _ops  # noqa: F401  (registers the lowerings)
 from .lowering.graph_builder import build_graph, check_supported
 from .lowering.registry import decomposition_table
@@ -36,9 +39,34 @@ def compile_aten_graph(
     *,
     settings: Settings,
     kind: str,
-) -> CompiledGraph:
-    """Compile one ATen graph (forward, backward or inference) to a MAX callable."""
+) -> Callable[[list], list]:
+    """Compile one ATen graph (forward, backward or inference) to a MAX callable.
+
+    A graph with ops MAX cannot run is split: its supported blocks run on MAX
+    and the rest in PyTorch, unless ``settings.strict`` asks for an error.
+    """
     name = f"{kind}_{next(_graph_ids)}"
+    if needs_torch(gm, settings):
+        if settings.strict:
+            check_supported([gm])
+        if settings.verbose:
+            print(f"torch-max-backend: ATen graph {name} (to split):")
+            print(gm.print_readable(print_output=False))
+        split, report = split_and_compile(
+            gm,
+            settings,
+            name,
+            lambda block, block_name: _compile_max(block, settings, block_name),
+        )
+        warn_fallback(report, settings)
+        return make_boxed_func(split.forward)
+    return _compile_max(gm, settings, name)
+
+
+def _compile_max(
+    gm: torch.fx.GraphModule, settings: Settings, name: str
+) -> CompiledGraph:
+    """One ATen graph, every op of which MAX can run, as one MAX graph."""
     if settings.verbose:
         print(f"torch-max-backend: ATen graph {name}:")
         print(gm.print_readable(print_output=False))
@@ -77,11 +105,16 @@ def compile_aten_graph(
 
 
 def _checked_partition(
-    joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any
+    joint: torch.fx.GraphModule,
+    joint_inputs: Any,
+    *,
+    strict: bool,
+    **kwargs: Any,
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
-    # Check forward and backward together, before anything compiles, so that
-    # one error lists every unsupported op of the training step.
-    check_supported([joint])
+    # In strict mode, check forward and backward together before anything
+    # compiles, so that one error lists every unsupported op of the step.
+    if strict:
+        check_supported([joint])
     return default_partition(joint, joint_inputs, **kwargs)
 
 
@@ -102,7 +135,7 @@ def max_backend(
         bw_compiler=functools.partial(compiler, kind="backward"),
         inference_compiler=functools.partial(compiler, kind="inference"),
         decompositions=decomposition_table(),
-        partition_fn=_checked_partition,
+        partition_fn=functools.partial(_checked_partition, strict=settings.strict),
         keep_inference_input_mutations=True,
     )
     return backend(gm, example_inputs)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
+
+import torch
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -45,15 +47,31 @@ class Settings:
     Attributes:
         verbose: print the ATen graphs received and the MAX graphs built.
         profile: collect compile and run times per graph and print them at exit.
+        strict: raise ``UnsupportedOpsError`` listing every op MAX cannot run,
+            instead of running those ops in PyTorch.
+        min_block_size: the fewest ATen ops a block of supported ops must have
+            to become a MAX graph when a graph is split around ops that run in
+            PyTorch; smaller blocks run in PyTorch too. A MAX graph costs a
+            compile (seconds) and about 40 us per call, more than a few eager
+            ops cost.
+        torch_executed_ops: ops to run in PyTorch even though MAX can, by
+            name (``"aten.cumsum"``, ``"aten.cumsum.default"``) or as
+            ``torch.ops.aten.cumsum`` objects.
     """
 
     verbose: bool = False
     profile: bool = False
+    strict: bool = False
+    min_block_size: int = 5
+    torch_executed_ops: frozenset[str] = frozenset()
 
     # Environment variables for each field; the older PYTORCH_ spelling is kept.
     _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
         "verbose": ("TORCH_MAX_BACKEND_VERBOSE", "PYTORCH_MAX_BACKEND_VERBOSE"),
         "profile": ("TORCH_MAX_BACKEND_PROFILE", "PYTORCH_MAX_BACKEND_PROFILE"),
+        "strict": ("TORCH_MAX_BACKEND_STRICT",),
+        "min_block_size": ("TORCH_MAX_BACKEND_MIN_BLOCK_SIZE",),
+        "torch_executed_ops": ("TORCH_MAX_BACKEND_TORCH_EXECUTED_OPS",),
     }
 
     @classmethod
@@ -65,25 +83,95 @@ class Settings:
                 "torch.compile(options=...) for torch-max-backend must be a dict, "
                 f"got {type(options).__name__}"
             )
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        values: dict[str, bool] = {}
+        known = {f.name for f in dataclasses.fields(cls)}
+        values: dict[str, object] = {}
         for key, value in (options or {}).items():
             if key not in known:
                 raise ValueError(
                     f"unknown torch-max-backend option {key!r}; "
                     f"known options: {sorted(known)}"
                 )
-            if not isinstance(value, bool):
-                raise TypeError(
-                    f"torch-max-backend option {key!r} must be a bool, "
-                    f"got {type(value).__name__} {value!r}"
-                )
-            values[key] = value
+            values[key] = _option(key, value)
         for key, names in cls._ENV.items():
-            flag = env_flag(*names)
-            if flag is not None:
-                values[key] = flag
-        return cls(**values)
+            if key == "min_block_size":
+                number = _env_int(*names)
+                if number is not None:
+                    values[key] = number
+            elif key == "torch_executed_ops":
+                listed = _env_list(*names)
+                if listed is not None:
+                    values[key] = frozenset(op_name(n) for n in listed)
+            else:
+                flag = env_flag(*names)
+                if flag is not None:
+                    values[key] = flag
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def op_name(op: object) -> str:
+    """``aten.cumsum.default`` for an overload, ``aten.cumsum`` for a packet
+    (meaning all its overloads); strings are taken as written."""
+    if isinstance(op, str):
+        name = op.strip()
+        if not name:
+            raise ValueError("an empty op name in torch_executed_ops")
+        return name if "." in name else f"aten.{name}"
+    if isinstance(op, torch._ops.OpOverload):
+        return str(op)
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return str(op).removeprefix("torch.ops.")
+    raise TypeError(
+        "torch_executed_ops takes op names or torch.ops objects, "
+        f"got {type(op).__name__} {op!r}"
+    )
+
+
+def _option(key: str, value: object) -> object:
+    if key == "min_block_size":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TypeError(
+                f"torch-max-backend option 'min_block_size' must be an int >= 1, "
+                f"got {type(value).__name__} {value!r}"
+            )
+        return value
+    if key == "torch_executed_ops":
+        if isinstance(value, str) or not isinstance(value, Iterable):
+            raise TypeError(
+                "torch-max-backend option 'torch_executed_ops' must be a list of "
+                f"ops, got {type(value).__name__} {value!r}"
+            )
+        return frozenset(op_name(op) for op in value)
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"torch-max-backend option {key!r} must be a bool, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        raw = os.environ.get(name)
+        if raw is None:
+            continue
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(
+                f"environment variable {name}={raw!r} is not an integer >= 1"
+            )
+        return value
+    return None
+
+
+def _env_list(*names: str) -> list[str] | None:
+    for name in names:
+        raw = os.environ.get(name)
+        if raw is not None:
+            return [part for part in raw.split(",") if part.strip()]
+    return None
 
 
 def beartype_enabled() -> bool:

@@ -107,7 +107,9 @@ def test_opinfo_batch_matches_eager(batch, monkeypatch):
     # One graph per batch: a graph break would recompile the shared sample
     # wrapper per case, turn on automatic dynamic shapes and hide cases in
     # eager fallbacks.
-    compiled = torch.compile(fn, backend=max_backend, fullgraph=True)
+    compiled = torch.compile(
+        fn, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
     got = compiled(*[x.clone() for x in inputs])
     assert len(got) == len(expected)
     mismatches = compare(owners, cases, got, expected, TOLERANCES, DEFAULT_TOLERANCE)

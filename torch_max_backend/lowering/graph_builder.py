@@ -128,28 +128,39 @@ def _lookup(node: torch.fx.Node) -> LoweringFn | None:
     return None
 
 
+def why_unsupported(node: torch.fx.Node) -> tuple[str, str, str] | None:
+    """(op name, schema, reason) when ``node`` cannot be lowered, else None.
+
+    Nodes that are not ops (placeholders of supported dtypes, outputs, size
+    arithmetic) are supported. The reason is "" for an op with no lowering.
+    """
+    if node.op == "placeholder" or node.op == "get_attr":
+        meta = node.meta.get("val")
+        if isinstance(meta, torch.Tensor) and not supported_dtype(meta.dtype):
+            reason = f"dtype {meta.dtype} has no MAX equivalent"
+            return f"input of dtype {meta.dtype}", node.name, reason
+        return None
+    if node.op != "call_function" or node.target in _SYM_FUNCTIONS:
+        return None
+    fn = _lookup(node)
+    if fn is not None:
+        reason = unsupported_reason(fn, node)
+        if reason is None:
+            return None
+    else:
+        reason = ""
+    return str(node.target), op_schema(node.target), reason
+
+
 def find_unsupported(graphs: Sequence[torch.fx.GraphModule]) -> list[UnsupportedOp]:
     """Every op of ``graphs`` that the registry cannot lower, grouped by op."""
     found: dict[str, UnsupportedOp] = {}
     for gm in graphs:
         for node in gm.graph.nodes:
-            reason: str | None = None
-            if node.op == "placeholder" or node.op == "get_attr":
-                meta = node.meta.get("val")
-                if isinstance(meta, torch.Tensor) and not supported_dtype(meta.dtype):
-                    reason = f"dtype {meta.dtype} has no MAX equivalent"
-                    key, schema = f"input of dtype {meta.dtype}", node.name
-                else:
-                    continue
-            elif node.op != "call_function" or node.target in _SYM_FUNCTIONS:
+            why = why_unsupported(node)
+            if why is None:
                 continue
-            else:
-                key, schema = str(node.target), op_schema(node.target)
-                fn = _lookup(node)
-                if fn is not None:
-                    reason = unsupported_reason(fn, node)
-                    if reason is None:
-                        continue
+            key, schema, reason = why
             op = found.setdefault(key, UnsupportedOp(key, schema))
             op.count += 1
             if reason:
@@ -493,3 +504,8 @@ class GraphBuilder:
 
 def build_graph(gm: torch.fx.GraphModule) -> BuiltGraph:
     return GraphBuilder(gm).build()
+
+
+def is_size_arithmetic(node: torch.fx.Node) -> bool:
+    """Python arithmetic on sizes, or indexing into an op's tuple result."""
+    return node.op == "call_function" and node.target in _SYM_FUNCTIONS

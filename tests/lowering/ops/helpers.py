@@ -17,7 +17,9 @@ def check_against_eager(
 ) -> None:
     """One MAX graph (fullgraph) must reproduce eager for each output: values, dtypes."""
     expected = fn(*args)
-    got = torch.compile(fn, backend=max_backend, fullgraph=True)(*args)
+    got = torch.compile(
+        fn, backend=max_backend, fullgraph=True, options={"strict": True}
+    )(*args)
     assert len(got) == len(expected)
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         torch.testing.assert_close(

@@ -144,4 +144,5 @@ def test_bicubic_grid_sampling_is_refused():
         torch.compile(
             lambda a, g: F.grid_sample(a, g, mode="bicubic", align_corners=False),
             backend=max_backend,
+            options={"strict": True},
         )(x, grid)

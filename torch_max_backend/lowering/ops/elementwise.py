@@ -81,10 +81,11 @@ def fma(a: TensorValue, b: TensorValue, c: TensorValue) -> TensorValue:
     return ops.add(ops.mul(x, y), z)
 
 
-@lowering(aten.div.Tensor, aten.div.Scalar)
+@lowering(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor)
 def div(self: Operand, other: Operand) -> TensorValue:
     """div.Tensor(Tensor self, Tensor other) -> Tensor
     div.Scalar(Tensor self, Scalar other) -> Tensor
+    true_divide.Tensor(Tensor self, Tensor other) -> Tensor
     """
     out = out_max_dtype()  # true division: integers promote to float
     return ops.div(as_tensor(self, out), as_tensor(other, out))

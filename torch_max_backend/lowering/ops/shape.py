@@ -204,6 +204,15 @@ def to_copy(
     return self if self.dtype == out else ops.cast(self, out)
 
 
+@lowering(torch.ops.prims.convert_element_type.default)
+def convert_element_type(self: TensorValue, dtype: torch.dtype) -> TensorValue:
+    """prims::convert_element_type(Tensor a, ScalarType dtype) -> Tensor"""
+    # AOTAutograd emits it for Python float arithmetic on symbolic floats
+    # (``torch.compile(dynamic=True)`` makes float arguments graph inputs).
+    out = to_max_dtype(dtype)
+    return self if self.dtype == out else ops.cast(self, out)
+
+
 @lowering(aten.copy.default, aten.copy_.default)
 def copy(
     self: TensorValue, src: TensorValue, non_blocking: bool = False

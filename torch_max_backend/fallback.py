@@ -1,0 +1,179 @@
+"""Graphs with ops MAX cannot run: MAX blocks with PyTorch ops between them.
+
+torch.fx's capability-based partitioner groups the supported ops into
+maximal blocks that keep the graph acyclic; each block of at least
+``min_block_size`` ops becomes one MAX graph, and every other op runs in
+PyTorch exactly as it would eagerly. Values cross the boundary as torch
+tensors through DLPack, so dtypes, devices and aliasing stay PyTorch's.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from .errors import MaxCompilerError
+from .lowering.graph_builder import is_size_arithmetic, why_unsupported
+from .settings import Settings
+
+
+class FallbackWarning(UserWarning):
+    """Some ops of a compiled graph run in PyTorch instead of MAX."""
+
+
+def forced_to_torch(node: torch.fx.Node, names: frozenset[str]) -> bool:
+    """Whether ``torch_executed_ops`` names the op of ``node``."""
+    if not names or node.op != "call_function":
+        return False
+    target = node.target
+    if str(target) in names:
+        return True
+    packet = getattr(target, "overloadpacket", None)
+    return packet is not None and str(packet) in names
+
+
+def torch_reason(node: torch.fx.Node, settings: Settings) -> str | None:
+    """Why ``node`` must run in PyTorch, or None when MAX can run it."""
+    why = why_unsupported(node)
+    if why is not None:
+        return why[2] or "no MAX lowering"
+    if forced_to_torch(node, settings.torch_executed_ops):
+        return "listed in torch_executed_ops"
+    return None
+
+
+def needs_torch(gm: torch.fx.GraphModule, settings: Settings) -> bool:
+    return any(torch_reason(n, settings) is not None for n in gm.graph.nodes)
+
+
+class _MaxSupport(OperatorSupportBase):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def is_node_supported(
+        self, submodules: dict[str, torch.nn.Module], node: torch.fx.Node
+    ) -> bool:
+        return node.op == "call_function" and torch_reason(node, self.settings) is None
+
+
+def _op_count(nodes: Any) -> int:
+    """ATen ops in a block; size arithmetic and tuple indexing are free."""
+    return sum(
+        1 for n in nodes if n.op == "call_function" and not is_size_arithmetic(n)
+    )
+
+
+@dataclass
+class SplitReport:
+    """What one split graph runs where."""
+
+    graph: str
+    # op name -> (count, reason) for ops that run in PyTorch.
+    torch_ops: dict[str, list[Any]] = field(default_factory=dict)
+    max_blocks: int = 0
+    small_blocks: int = 0
+    failed_blocks: list[str] = field(default_factory=list)
+
+    def message(self, min_block_size: int) -> str:
+        listed = ", ".join(
+            f"{name} x{count} ({reason})"
+            for name, (count, reason) in sorted(self.torch_ops.items())
+        )
+        text = (
+            f"torch-max-backend: graph {self.graph} runs {listed} in PyTorch; "
+            f"{self.max_blocks} block(s) run on MAX"
+        )
+        if self.small_blocks:
+            text += (
+                f", {self.small_blocks} block(s) of fewer than {min_block_size} "
+                "ops run in PyTorch (min_block_size)"
+            )
+        for failure in self.failed_blocks:
+            text += f"; a block MAX could not take runs in PyTorch: {failure}"
+        return text + ". Pass options={'strict': True} to raise instead."
+
+
+class _MaxBlock(torch.nn.Module):
+    """One fused block of the split graph, run by its compiled MAX graph."""
+
+    def __init__(self, compiled: Callable[[list], list], returns_tuple: bool) -> None:
+        super().__init__()
+        self.compiled = compiled
+        self.returns_tuple = returns_tuple
+
+    def forward(self, *args: Any) -> Any:
+        outputs = self.compiled(list(args))
+        return tuple(outputs) if self.returns_tuple else outputs[0]
+
+
+def _returns_tuple(gm: torch.fx.GraphModule) -> bool:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    return isinstance(out.args[0], (tuple, list))
+
+
+def split_and_compile(
+    gm: torch.fx.GraphModule,
+    settings: Settings,
+    name: str,
+    compile_block: Callable[[torch.fx.GraphModule, str], Callable[[list], list]],
+) -> tuple[torch.fx.GraphModule, SplitReport]:
+    """``gm`` with each large enough supported block replaced by its MAX graph.
+
+    ``compile_block(block, block_name)`` compiles one block; a block it refuses
+    with ``MaxCompilerError`` runs in PyTorch and is named in the report.
+    """
+    report = SplitReport(name)
+    partitioner = CapabilityBasedPartitioner(
+        gm, _MaxSupport(settings), allows_single_node_partition=True
+    )
+    partitions: list[Partition] = partitioner.propose_partitions()
+    kept = [p for p in partitions if _op_count(p.nodes) >= settings.min_block_size]
+    sized = [p for p in partitions if _op_count(p.nodes) > 0]
+    report.small_blocks = len(sized) - len(kept)
+    in_blocks = {n for p in kept for n in p.nodes}
+    counts: Counter[str] = Counter()
+    reasons: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        reason = torch_reason(node, settings)
+        if reason is not None and node.op == "call_function":
+            counts[str(node.target)] += 1
+            reasons.setdefault(str(node.target), reason)
+        elif (
+            node.op == "call_function"
+            and node not in in_blocks
+            and not is_size_arithmetic(node)
+        ):
+            counts[str(node.target)] += 1
+            reasons.setdefault(str(node.target), "in a small block")
+    report.torch_ops = {k: [counts[k], reasons[k]] for k in counts}
+    split = partitioner.fuse_partitions(kept, prefix="max_block_")
+    for node in list(split.graph.nodes):
+        if node.op != "call_module" or not str(node.target).startswith("max_block_"):
+            continue
+        block = getattr(split, node.target)
+        block_name = f"{name}.{node.target.removeprefix('max_block_')}"
+        try:
+            compiled = compile_block(block, block_name)
+        except MaxCompilerError as e:
+            if settings.strict:
+                raise
+            report.failed_blocks.append(str(e).splitlines()[0])
+            continue
+        setattr(split, node.target, _MaxBlock(compiled, _returns_tuple(block)))
+        report.max_blocks += 1
+    split.recompile()
+    return split, report
+
+
+def warn(report: SplitReport, settings: Settings) -> None:
+    warnings.warn(
+        report.message(settings.min_block_size), FallbackWarning, stacklevel=2
+    )
