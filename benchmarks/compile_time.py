@@ -10,7 +10,8 @@ that nothing compiled by an earlier measurement (or by the user) helps:
 - kernels cached (max only): MAX's compiled-graph cache emptied, its kernel
   caches kept; the difference to cold is the time MAX spends compiling kernels.
 - warm: a new process over the caches the earlier runs filled: what a user
-  pays at every start once a model has been compiled once.
+  pays at every start once a model has been compiled once. ``--warm-only``
+  measures just this, over the user's own caches.
 
 A run's "first call" is compiling plus one execution; the breakdown splits a
 max_backend first call into tracing (Dynamo and AOTAutograd), building the
@@ -66,15 +67,20 @@ def _child(model_name: str, backend: str) -> dict[str, Any]:
         result.update(
             graphs=stats.graphs_built,
             max_compiles=stats.max_compiles,
+            disk_cache_hits=stats.disk_cache_hits,
             build_s=stats.build_seconds,
             max_compile_s=stats.compile_seconds,
         )
     return result
 
 
-def _run(model: str, backend: str, cache: Path, timeout: float) -> dict[str, Any]:
+def _run(
+    model: str, backend: str, cache: Path | None, timeout: float
+) -> dict[str, Any]:
     env = dict(os.environ)
-    if backend == "max":
+    if cache is None:
+        pass  # the user's own caches
+    elif backend == "max":
         env["MODULAR_DERIVED_PATH"] = str(cache)
     else:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
@@ -97,9 +103,17 @@ def _run(model: str, backend: str, cache: Path, timeout: float) -> dict[str, Any
     return figures
 
 
-def measure(model: str, backend: str, timeout: float) -> list[dict[str, Any]]:
+def measure(
+    model: str, backend: str, timeout: float, warm_only: bool = False
+) -> list[dict[str, Any]]:
     """The cold, (kernels cached,) and warm runs of one model on one backend."""
     rows = []
+    if warm_only:
+        _run(model, backend, None, timeout)  # compiled once, if not already
+        figures = _run(model, backend, None, timeout)
+        figures.update(model=model, backend=backend, stage="warm")
+        print(json.dumps(figures), flush=True)
+        return [figures]
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
         cache = Path(tmp)
         stages = (
@@ -161,6 +175,11 @@ def main() -> None:
     parser.add_argument("--models", default=DEFAULT_MODELS)
     parser.add_argument("--backends", default="max,inductor")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument(
+        "--warm-only",
+        action="store_true",
+        help="only a fresh process over the user's own, filled caches",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
@@ -170,7 +189,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for model in args.models.split(","):
         for backend in args.backends.split(","):
-            rows += measure(model, backend, args.timeout)
+            rows += measure(model, backend, args.timeout, args.warm_only)
     text = table(rows)
     print(text)
     if args.json:

@@ -188,6 +188,7 @@ def print_profile() -> None:
             "torch-max-backend profile:\n"
             + profile_table()
             + f"\n{s.graphs_built} graph(s) built in {s.build_seconds:.2f}s; "
-            f"{s.max_compiles} MAX compile(s) in {s.compile_seconds:.2f}s; "
+            f"{s.max_compiles} MAX compile(s) in {s.compile_seconds:.2f}s "
+            f"({s.disk_cache_hits} from MAX's disk cache); "
             f"{s.cache_hits} in-process cache hit(s)"
         )

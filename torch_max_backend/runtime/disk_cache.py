@@ -1,7 +1,8 @@
 """MAX's on-disk caches: where they are, how big, and clearing them.
 
 MAX keeps compiled graphs under ``<root>/.max_cache`` and compiled kernels
-under ``<root>/.mojo_cache`` and ``<root>/.mogg_cache``, where the root is
+under ``<root>/.mojo_cache`` and ``<root>/.mogg_cache``; torch-max-backend
+keeps its compiled-graph artifacts under ``<root>/torch_max_backend``. The root is
 ``~/.cache/modular`` unless ``MODULAR_DERIVED_PATH`` moves it (then
 ``$MODULAR_DERIVED_PATH/cache``). A graph found there loads in about 2 s
 instead of a full compile.
@@ -14,7 +15,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+# Compiled graphs torch-max-backend saves as MAX artifacts (runtime/artifacts.py).
+ARTIFACTS = "torch_max_backend"
+
 PARTS = {
+    ARTIFACTS: "compiled graphs saved by torch-max-backend",
     ".max_cache": "compiled MAX graphs",
     ".mojo_cache": "compiled Mojo kernels",
     ".mogg_cache": "compiled graph kernels",

@@ -21,6 +21,8 @@ class CompileStats:
         max_compiles: MAX graphs handed to MAX's compiler; MAX serves one from
             its disk cache (``~/.cache/modular``) when an earlier process
             compiled the same graph.
+        disk_cache_hits: those of ``max_compiles`` that MAX loaded from its
+            disk cache instead of compiling (it wrote no new artifact).
         cache_hits: MAX graphs found already loaded in this process (same
             structure, device and settings), which cost no compile at all.
         build_seconds: time spent lowering ATen graphs to MAX graphs.
@@ -29,6 +31,7 @@ class CompileStats:
 
     graphs_built: int = 0
     max_compiles: int = 0
+    disk_cache_hits: int = 0
     cache_hits: int = 0
     build_seconds: float = 0.0
     compile_seconds: float = 0.0
