@@ -7,8 +7,8 @@ Each measurement runs in a fresh process with its own cache directory, so
 that nothing compiled by an earlier measurement (or by the user) helps:
 
 - cold: empty caches (MAX's graph and kernel caches, or Inductor's).
-- kernels cached (max only): MAX's compiled-graph cache emptied, its kernel
-  caches kept; the difference to cold is the time MAX spends compiling kernels.
+- kernels cached (max only): compiled graphs removed (MAX's graph cache and
+  the artifacts torch-max-backend saves), MAX's kernel caches kept; the difference to cold is the time MAX spends compiling kernels.
 - warm: a new process over the caches the earlier runs filled: what a user
   pays at every start once a model has been compiled once. ``--warm-only``
   measures just this, over the user's own caches.
@@ -121,7 +121,9 @@ def measure(
         )
         for stage in stages:
             if stage == "kernels cached":
-                shutil.rmtree(cache / "cache" / ".max_cache", ignore_errors=True)
+                # Compiled graphs go (MAX's and the ones we save), kernels stay.
+                for part in (".max_cache", "torch_max_backend"):
+                    shutil.rmtree(cache / "cache" / part, ignore_errors=True)
             figures = _run(model, backend, cache, timeout)
             figures.update(model=model, backend=backend, stage=stage)
             print(json.dumps(figures), flush=True)

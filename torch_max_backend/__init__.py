@@ -1,7 +1,15 @@
 """torch-max-backend: run ``torch.compile`` models with Modular's MAX engine.
 
 >>> compiled = torch.compile(model, backend=max_backend)   # or backend="max"
+
+Names are imported on first use, so that ``torch_max_backend.aot.runner``
+(running exported packages) never imports torch.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from .settings import beartype_enabled as _beartype_enabled
 
@@ -11,34 +19,40 @@ if _beartype_enabled():
     from beartype import BeartypeConf
     from beartype.claw import beartype_this_package
 
-    from .errors import InternalTypeError as _InternalTypeError
+    from .internal_error import InternalTypeError as _InternalTypeError
 
     beartype_this_package(conf=BeartypeConf(violation_type=_InternalTypeError))
 
-from .backend import max_backend
-from .errors import (
-    LoweringError,
-    MaxCompilerError,
-    UnsupportedOpsError,
-)
-from .explain import ExplainReport, explain
-from .fallback import FallbackWarning
-from .lowering.registry import MAPPING_TORCH_ATEN_TO_MAX, lowering
-from .runtime.devices import get_accelerators
-from .runtime.stats import CompileStats, compile_stats, reset_compile_stats
+# Public name -> the module defining it.
+_EXPORTS = {
+    "max_backend": ".backend",
+    "LoweringError": ".errors",
+    "MaxCompilerError": ".errors",
+    "UnsupportedOpsError": ".errors",
+    "ExplainReport": ".explain",
+    "explain": ".explain",
+    "FallbackWarning": ".fallback",
+    "MAPPING_TORCH_ATEN_TO_MAX": ".lowering.registry",
+    "lowering": ".lowering.registry",
+    "get_accelerators": ".runtime.devices",
+    "CompileStats": ".runtime.stats",
+    "compile_stats": ".runtime.stats",
+    "reset_compile_stats": ".runtime.stats",
+    "export": ".aot.exporter",
+    "load": ".aot.runner",
+}
 
-__all__ = [
-    "MAPPING_TORCH_ATEN_TO_MAX",
-    "CompileStats",
-    "ExplainReport",
-    "FallbackWarning",
-    "LoweringError",
-    "MaxCompilerError",
-    "UnsupportedOpsError",
-    "compile_stats",
-    "explain",
-    "get_accelerators",
-    "lowering",
-    "max_backend",
-    "reset_compile_stats",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torch_max_backend' has no attribute {name!r}")
+    if module not in (".aot.runner", ".runtime.stats"):
+        # The backend registers every lowering: the registry is complete
+        # whichever name is asked for first.
+        importlib.import_module(".backend", __name__)
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

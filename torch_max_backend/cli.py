@@ -3,6 +3,8 @@
 torch-max-backend ops [--write docs/ops.md]   the ATen ops lowered to MAX
 torch-max-backend doctor                       versions and MAX devices
 torch-max-backend cache [--clear]              MAX's disk caches: place, size
+torch-max-backend export --model M:F ...       a model to a MAX package
+torch-max-backend run --model PKG ...          run a package (imports no torch)
 """
 
 from __future__ import annotations
@@ -105,7 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     cache_parser.add_argument(
         "--clear", action="store_true", help="delete them (the next compiles are cold)"
     )
+    from .cli_aot import add_parsers, export_command, run_command
+
+    add_parsers(sub)
     args = parser.parse_args(argv)
+    if args.command == "export":
+        return export_command(args)
+    if args.command == "run":
+        return run_command(args)
     if args.command == "ops":
         text = ops_markdown()
         if args.write:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import torch
 from torch._dynamo.exc import ShortenTraceback
 
+from .internal_error import InternalTypeError as InternalTypeError
+
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 
 
@@ -23,16 +25,6 @@ class MaxCompilerError(ShortenTraceback):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, first_useful_frame=None)
-
-
-class InternalTypeError(TypeError):
-    """A runtime type check inside torch-max-backend failed: a bug of ours."""
-
-    def __init__(self, message: str = "") -> None:
-        super().__init__(
-            "internal error in torch-max-backend (a bug: please report it; "
-            "TORCH_MAX_BACKEND_BEARTYPE=0 switches these checks off): " + message
-        )
 
 
 def user_frame(node: torch.fx.Node) -> str | None:

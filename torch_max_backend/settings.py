@@ -12,8 +12,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -111,6 +109,8 @@ class Settings:
 def op_name(op: object) -> str:
     """``aten.cumsum.default`` for an overload, ``aten.cumsum`` for a packet
     (meaning all its overloads); strings are taken as written."""
+    import torch  # here, not at the top: the AOT runner imports this module
+
     if isinstance(op, str):
         name = op.strip()
         if not name:
