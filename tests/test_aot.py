@@ -203,17 +203,35 @@ def test_check_reports_health(package, capsys):
     )
 
 
+_FRESH_SIZES = """
+import sys
+import numpy as np
+from torch_max_backend.aot.runner import load
+model = load(sys.argv[1])
+outputs = {}
+for i, name in enumerate(sys.argv[2:]):
+    outputs[f"out{i}"] = model(np.load(name))[0]
+np.savez(sys.argv[1] + "-outputs.npz", **outputs)
+assert "torch" not in sys.modules
+"""
+
+
 def _check_export(model, example, dynamic_shapes, sizes, out: Path, make) -> None:
+    """Export, then run every size in one fresh process, against eager."""
     from torch_max_backend import export
 
     path = export(model, example, out, dynamic_shapes=dynamic_shapes)
-    loaded = load(path)
-    for size in sizes:
-        inputs = make(size)
+    files, expected = [], []
+    for i, size in enumerate(sizes):
+        (inputs,) = make(size)
         with torch.no_grad():
-            expected = model(*inputs).numpy()
-        got = loaded(*[t.numpy() for t in inputs])[0]
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+            expected.append(model(inputs).numpy())
+        files.append(str(out.parent / f"input{i}.npy"))
+        np.save(files[-1], inputs.numpy())
+    subprocess.run([sys.executable, "-c", _FRESH_SIZES, str(path), *files], check=True)
+    got = np.load(str(path) + "-outputs.npz")
+    for i, e in enumerate(expected):
+        np.testing.assert_allclose(got[f"out{i}"], e, rtol=1e-4, atol=1e-4)
 
 
 def test_small_cnn_with_dynamic_batch(tmp_path):
