@@ -128,20 +128,19 @@ def test_foreign_directory(tmp_path, capsys):
     assert "manifest.json is not valid JSON" in err
 
 
-def test_truncated_graph(package, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("name", "keep", "message"),
+    [
+        ("graph.mef", 1000, "graph.mef cannot be loaded"),
+        ("weights.safetensors", 500, "weights.safetensors cannot be read"),
+    ],
+)
+def test_truncated_file(package, tmp_path, capsys, name, keep, message):
     pkg = _copy(package, tmp_path)
-    graph = pkg / "graph.mef"
-    graph.write_bytes(graph.read_bytes()[:1000])
+    part = pkg / name
+    part.write_bytes(part.read_bytes()[:keep])
     err = _run_error(capsys, "--model", str(pkg))
-    assert "graph.mef cannot be loaded" in err
-
-
-def test_truncated_weights(package, tmp_path, capsys):
-    pkg = _copy(package, tmp_path)
-    weights = pkg / "weights.safetensors"
-    weights.write_bytes(weights.read_bytes()[:500])
-    err = _run_error(capsys, "--model", str(pkg))
-    assert "weights.safetensors cannot be read" in err
+    assert message in err
 
 
 def test_weight_of_wrong_shape(package, tmp_path, capsys):

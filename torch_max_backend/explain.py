@@ -18,9 +18,8 @@ import torch
 from tabulate import tabulate
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-from .fallback import _MaxSupport, _op_count, torch_reason
+from .fallback import op_count, partitioner, torch_reason
 from .lowering import ops as _ops  # noqa: F401  (registers the lowerings)
 from .lowering.graph_builder import is_size_arithmetic
 from .lowering.registry import decomposition_table
@@ -125,10 +124,7 @@ def _graph_report(
         OpReport(op, count, reasons[op] is None, reasons[op] or "")
         for op, count in sorted(counts.items())
     ]
-    partitioner = CapabilityBasedPartitioner(
-        gm, _MaxSupport(settings), allows_single_node_partition=True
-    )
-    blocks = [_op_count(p.nodes) for p in partitioner.propose_partitions()]
+    blocks = [op_count(p.nodes) for p in partitioner(gm, settings).propose_partitions()]
     return GraphReport(name, ops, [b for b in blocks if b], settings.min_block_size)
 
 
@@ -180,7 +176,7 @@ def explain(
 
     explained = torch._dynamo.explain(model)(*example_inputs, **example_kwargs)
     for item in explained.break_reasons:
-        frames = [f for f in getattr(item, "user_stack", []) or []]
+        frames = getattr(item, "user_stack", None) or []
         where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
         report.graph_breaks.append(GraphBreak(str(item.reason), where))
     return report

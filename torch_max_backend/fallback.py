@@ -64,10 +64,19 @@ class _MaxSupport(OperatorSupportBase):
         return node.op == "call_function" and torch_reason(node, self.settings) is None
 
 
-def _op_count(nodes: Any) -> int:
+def op_count(nodes: Any) -> int:
     """ATen ops in a block; size arithmetic and tuple indexing are free."""
     return sum(
         1 for n in nodes if n.op == "call_function" and not is_size_arithmetic(n)
+    )
+
+
+def partitioner(
+    gm: torch.fx.GraphModule, settings: Settings
+) -> CapabilityBasedPartitioner:
+    """The partitioner grouping the ops of ``gm`` that MAX runs into blocks."""
+    return CapabilityBasedPartitioner(
+        gm, _MaxSupport(settings), allows_single_node_partition=True
     )
 
 
@@ -131,12 +140,10 @@ def split_and_compile(
     with ``MaxCompilerError`` runs in PyTorch and is named in the report.
     """
     report = SplitReport(name)
-    partitioner = CapabilityBasedPartitioner(
-        gm, _MaxSupport(settings), allows_single_node_partition=True
-    )
-    partitions: list[Partition] = partitioner.propose_partitions()
-    kept = [p for p in partitions if _op_count(p.nodes) >= settings.min_block_size]
-    sized = [p for p in partitions if _op_count(p.nodes) > 0]
+    blocks = partitioner(gm, settings)
+    partitions: list[Partition] = blocks.propose_partitions()
+    kept = [p for p in partitions if op_count(p.nodes) >= settings.min_block_size]
+    sized = [p for p in partitions if op_count(p.nodes) > 0]
     report.small_blocks = len(sized) - len(kept)
     in_blocks = {n for p in kept for n in p.nodes}
     counts: Counter[str] = Counter()
@@ -154,7 +161,7 @@ def split_and_compile(
             counts[str(node.target)] += 1
             reasons.setdefault(str(node.target), "in a small block")
     report.torch_ops = {k: [counts[k], reasons[k]] for k in counts}
-    split = partitioner.fuse_partitions(kept, prefix="max_block_")
+    split = blocks.fuse_partitions(kept, prefix="max_block_")
     for node in list(split.graph.nodes):
         if node.op != "call_module" or not str(node.target).startswith("max_block_"):
             continue

@@ -16,26 +16,34 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def _first_set(names: tuple[str, ...]) -> tuple[str, str] | None:
+    """(name, value) of the first set variable among ``names``."""
+    for name in names:
+        raw = os.environ.get(name)
+        if raw is not None:
+            return name, raw
+    return None
+
+
 def env_flag(*names: str) -> bool | None:
     """The value of the first set variable among ``names``, or None if none is set.
 
     Raises ValueError for a value that is neither true nor false, instead of
     guessing what the user meant.
     """
-    for name in names:
-        raw = os.environ.get(name)
-        if raw is None:
-            continue
-        value = raw.strip().lower()
-        if value in _TRUE:
-            return True
-        if value in _FALSE:
-            return False
-        raise ValueError(
-            f"environment variable {name}={raw!r} is not a boolean; "
-            f"use one of {sorted(_TRUE)} or {sorted(_FALSE - {''})}"
-        )
-    return None
+    found = _first_set(names)
+    if found is None:
+        return None
+    name, raw = found
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(
+        f"environment variable {name}={raw!r} is not a boolean; "
+        f"use one of {sorted(_TRUE)} or {sorted(_FALSE - {''})}"
+    )
 
 
 @dataclass(frozen=True)
@@ -150,28 +158,24 @@ def _option(key: str, value: object) -> object:
 
 
 def _env_int(*names: str) -> int | None:
-    for name in names:
-        raw = os.environ.get(name)
-        if raw is None:
-            continue
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ValueError(
-                f"environment variable {name}={raw!r} is not an integer >= 1"
-            )
-        return value
-    return None
+    found = _first_set(names)
+    if found is None:
+        return None
+    name, raw = found
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer >= 1")
+    return value
 
 
 def _env_list(*names: str) -> list[str] | None:
-    for name in names:
-        raw = os.environ.get(name)
-        if raw is not None:
-            return [part for part in raw.split(",") if part.strip()]
-    return None
+    found = _first_set(names)
+    if found is None:
+        return None
+    return [part for part in found[1].split(",") if part.strip()]
 
 
 def beartype_enabled() -> bool:

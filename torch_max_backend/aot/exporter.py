@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Sequence
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..errors import MaxCompilerError
 from ..lowering import ops as _ops  # noqa: F401  (registers the lowerings)
 from ..lowering.graph_builder import SEED, build_graph
 from ..lowering.registry import decomposition_table
+from ..runtime.disk_cache import max_version
 from .manifest import GRAPH, WEIGHTS, Manifest, TensorSpec
 
 _WEIGHT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -157,7 +157,7 @@ def export(
         for i, item in enumerate(out_node.args[0])
     ]
     manifest = Manifest(
-        max_version=version("max"),
+        max_version=max_version(),
         torch_version=torch.__version__,
         device=device,
         inputs=inputs,

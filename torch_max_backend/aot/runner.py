@@ -14,12 +14,12 @@ from __future__ import annotations
 import resource
 import time
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..runtime.disk_cache import max_version
 from .manifest import GRAPH, WEIGHTS, Manifest, PackageError, TensorSpec
 
 
@@ -32,13 +32,6 @@ class InferenceResult:
     memory_bytes: int
     peak_rss_bytes: int
     output_shapes: list[tuple[int, ...]]
-
-
-def _max_version() -> str:
-    try:
-        return version("max")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def _check(spec: TensorSpec, dtype: str, shape: tuple[int, ...], dims: dict) -> None:
@@ -99,7 +92,7 @@ class LoadedModel:
 
         self.path = Path(path)
         self.manifest = manifest = Manifest.read(self.path)
-        installed = _max_version()
+        installed = max_version()
         if manifest.max_version != installed:
             raise PackageError(
                 f"{self.path} was compiled with MAX {manifest.max_version}; this "
@@ -146,7 +139,6 @@ class LoadedModel:
             ) from None
 
     def _buffers(self, inputs: tuple[Any, ...]) -> tuple[list[Any], int]:
-
         specs = self.manifest.inputs
         if len(inputs) != len(specs):
             listed = ", ".join(s.describe() for s in specs)

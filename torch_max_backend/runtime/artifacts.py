@@ -20,26 +20,18 @@ import hashlib
 import os
 import tempfile
 import warnings
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from max.engine import InferenceSession, Model
 from max.engine.api import CompiledModel, read
 
-from .disk_cache import ARTIFACTS, cache_root
-
-
-def _max_version() -> str:
-    try:
-        return version("max")
-    except PackageNotFoundError:  # a source build of MAX
-        return "unknown"
+from .disk_cache import ARTIFACTS, cache_root, max_version
 
 
 def artifact_path(graph_text: str, device: str) -> Path:
     """Where the artifact of a graph compiled for ``device`` lives."""
     digest = hashlib.sha256(f"{device}\n{graph_text}".encode()).hexdigest()
-    return cache_root() / ARTIFACTS / _max_version() / f"{digest}.mef"
+    return cache_root() / ARTIFACTS / max_version() / f"{digest}.mef"
 
 
 def read_artifact(session: InferenceSession, path: Path) -> Model | None:

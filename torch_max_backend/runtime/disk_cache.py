@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 # Compiled graphs torch-max-backend saves as MAX artifacts (runtime/artifacts.py).
@@ -24,6 +25,14 @@ PARTS = {
     ".mojo_cache": "compiled Mojo kernels",
     ".mogg_cache": "compiled graph kernels",
 }
+
+
+def max_version() -> str:
+    """The installed MAX version: compiled artifacts are valid for it alone."""
+    try:
+        return version("max")
+    except PackageNotFoundError:  # a source build of MAX
+        return "unknown"
 
 
 def cache_root() -> Path:

@@ -1,7 +1,9 @@
 """One InferenceSession per device, and compiled models cached by graph text.
 
-MAX keys its disk cache on the graph; we also keep an in-process table so that
-a structure seen before in this process costs nothing to "compile" again.
+A structure seen before in this process costs nothing to "compile" again (an
+in-process table); one compiled by an earlier process is read back from the
+artifact we saved (runtime/artifacts.py), else MAX's compiler answers from its
+own disk cache.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ def session_for(device: torch.device) -> InferenceSession:
     return InferenceSession(devices=[max_device(device)])
 
 
-def graph_key(graph: Graph) -> str:
-    return hashlib.sha256(str(graph).encode()).hexdigest()[:16]
+def graph_key(text: str) -> str:
+    """The in-process table's key for a graph, from its text."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 _CORRUPT = re.compile(r"corrupted file: .*? for file '([^']+)'")
@@ -95,13 +98,14 @@ def _artifact_count() -> int:
     return sum(1 for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
 
 
-def _load(session: InferenceSession, graph: Graph, device: str) -> tuple[Model, bool]:
+def _load(
+    session: InferenceSession, graph: Graph, text: str, device: str
+) -> tuple[Model, bool]:
     """The model of ``graph``, and whether it came from a disk cache.
 
     Our saved artifact first (milliseconds), else MAX's compiler, which
     itself answers from its disk cache when it compiled the graph before.
     """
-    text = str(graph)
     path = artifact_path(text, device)
     model = read_artifact(session, path)
     if model is not None:
@@ -118,7 +122,8 @@ def _load(session: InferenceSession, graph: Graph, device: str) -> tuple[Model, 
 
 def compile_graph(graph: Graph, device: torch.device) -> tuple[Model, CompileRecord]:
     """The loaded MAX model of ``graph``, compiled at most once per process."""
-    key = graph_key(graph)
+    text = str(graph)  # a few ms for a large graph: once per compile
+    key = graph_key(text)
     cache_key = (key, str(device))
     start = time.perf_counter()
     from_disk = False
@@ -126,7 +131,7 @@ def compile_graph(graph: Graph, device: torch.device) -> tuple[Model, CompileRec
         model = _MODELS.get(cache_key)
         cached = model is not None
         if model is None:
-            model, from_disk = _load(session_for(device), graph, str(device))
+            model, from_disk = _load(session_for(device), graph, text, str(device))
             _MODELS[cache_key] = model
     record = CompileRecord(key, time.perf_counter() - start, cached, from_disk)
     COMPILE_LOG.append(record)
