@@ -279,3 +279,15 @@ def test_gpt2_with_dynamic_batch_and_sequence(tmp_path):
         tmp_path / "gpt2.maxpkg",
         lambda bs: [torch.randint(0, 1000, bs)],
     )
+
+
+def test_debug_prints_statistics_and_timings(package, capsys, monkeypatch):
+    monkeypatch.setenv("TORCH_MAX_BACKEND_DEBUG", "1")
+    assert main(["run", "--model", str(package), "--iters", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "torch-max-backend: loaded" in err and " ms" in err
+    assert "input input_0: float32[2, 1024] mean" in err
+    assert "run 1:" in err and "output 0: float32[2, 10] mean" in err
+    monkeypatch.setenv("TORCH_MAX_BACKEND_DEBUG", "maybe")
+    assert main(["run", "--model", str(package)]) == 2
+    assert "TORCH_MAX_BACKEND_DEBUG='maybe' is not a boolean" in capsys.readouterr().err

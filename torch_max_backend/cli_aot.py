@@ -8,15 +8,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .aot.manifest import PackageError, TensorSpec
+from .settings import env_flag
 
 
 def add_parsers(sub: Any) -> None:
@@ -50,11 +51,6 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--format", default="pretty", choices=["pretty", "json"])
     run.add_argument("--output", type=Path, help="write the outputs to this .npz")
     run.add_argument("--check", action="store_true", help="health report and smoke run")
-
-
-def _debug(message: str) -> None:
-    if os.environ.get("TORCH_MAX_BACKEND_DEBUG", "").lower() in ("1", "true", "yes"):
-        print(f"torch-max-backend: {message}", file=sys.stderr)
 
 
 def _parse_shape(text: str) -> tuple[list[int], str]:
@@ -167,26 +163,41 @@ def run_command(args: argparse.Namespace) -> int:
     if args.model is None:
         print("error: --model PKG is required", file=sys.stderr)
         return 2
+    try:
+        debug = bool(env_flag("TORCH_MAX_BACKEND_DEBUG"))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    def say(message: str) -> None:
+        if debug:
+            print(f"torch-max-backend: {message}", file=sys.stderr)
+
     report: dict[str, Any] = {}
     try:
         if args.check:
-            from importlib.metadata import version
-
             from max.driver import accelerator_count
 
-            report["max_version"] = version("max")
+            from .runtime.disk_cache import max_version
+
+            report["max_version"] = max_version()
             report["accelerators"] = accelerator_count()
+        start = time.perf_counter()
         model = load(args.model, args.device)
+        say(f"loaded {args.model} in {(time.perf_counter() - start) * 1e3:.1f} ms")
         specs = model.manifest.inputs
         inputs = (
             _read_inputs(args.input, specs) if args.input else _random_inputs(specs)
         )
         for spec, array in zip(specs, inputs, strict=False):
-            _debug(
+            say(
                 f"input {spec.name}: {array.dtype}{list(array.shape)} "
                 f"mean {float(array.mean()):.4g} std {float(array.std()):.4g}"
             )
-        results = [model.run(*inputs) for _ in range(max(args.iters, 1))]
+        results = []
+        for i in range(max(args.iters, 1)):
+            results.append(model.run(*inputs))
+            say(f"run {i}: {results[-1].latency_ms:.3f} ms")
     except PackageError as e:
         if args.check:
             report["ok"] = False
@@ -198,7 +209,7 @@ def run_command(args: argparse.Namespace) -> int:
     latencies = sorted(r.latency_ms for r in results)
     last = results[-1]
     for k, out in enumerate(last.outputs):
-        _debug(f"output {k}: {out.dtype}{list(out.shape)} mean {float(out.mean()):.4g}")
+        say(f"output {k}: {out.dtype}{list(out.shape)} mean {float(out.mean()):.4g}")
     report.update(
         ok=True,
         outputs=[
