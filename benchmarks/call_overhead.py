@@ -16,7 +16,7 @@ import time
 import torch
 
 from torch_max_backend import max_backend
-from torch_max_backend.runtime.compiled_graph import CompiledGraph
+from torch_max_backend.runtime.compiled_graph import CompiledGraph, _as_buffer
 
 
 def per_call_us(fn, runs: int) -> float:
@@ -28,13 +28,10 @@ def per_call_us(fn, runs: int) -> float:
     return (time.perf_counter() - start) / runs * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--params", type=int, default=0)
-    parser.add_argument("--runs", type=int, default=2000)
-    args = parser.parse_args()
-
-    weights = [torch.randn(16) for _ in range(args.params)]
+def measure(params: int = 0, runs: int = 2000) -> dict[str, float]:
+    """Microseconds per call: eager, torch.compile(max), our CompiledGraph
+    alone, and MAX's execute on ready buffers."""
+    weights = [torch.randn(16) for _ in range(params)]
 
     def fn(x, y):
         out = x + y * 2
@@ -50,30 +47,40 @@ def main() -> None:
         graphs.append(self)
 
     CompiledGraph.__init__ = remember
-    compiled = torch.compile(fn, backend=max_backend)
-    x, y = torch.randn(16), torch.randn(16)
+    try:
+        compiled = torch.compile(fn, backend=max_backend)
+        x, y = torch.randn(16), torch.randn(16)
+        with torch.no_grad():
+            compiled(x, y)
+    finally:
+        CompiledGraph.__init__ = original
+    graph = graphs[0]
+    inputs = [x, y, *weights]
+    buffers = [_as_buffer(inputs[i]) if isinstance(i, int) else i for i in graph._plan]
     with torch.no_grad():
-        compiled(x, y)
-        graph = graphs[0]
-        buffers = [graph._plan[0] if not isinstance(graph._plan[0], int) else None]
-        inputs = [x, y, *weights]
-        from torch_max_backend.runtime.compiled_graph import _as_buffer
+        return {
+            "params": params,
+            "eager_us": per_call_us(lambda: fn(x, y), runs),
+            "compiled_us": per_call_us(lambda: compiled(x, y), runs),
+            "graph_us": per_call_us(lambda: graph([x, y, *weights]), runs),
+            "execute_us": per_call_us(lambda: graph._execute(buffers), runs),
+        }
 
-        buffers = [
-            _as_buffer(inputs[i]) if isinstance(i, int) else i for i in graph._plan
-        ]
-        eager = per_call_us(lambda: fn(x, y), args.runs)
-        ours = per_call_us(lambda: compiled(x, y), args.runs)
-        graph_only = per_call_us(lambda: graph([x, y, *weights]), args.runs)
-        bare = per_call_us(lambda: graph._execute(buffers), args.runs)
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--params", type=int, default=0)
+    parser.add_argument("--runs", type=int, default=2000)
+    args = parser.parse_args()
+    m = measure(args.params, args.runs)
     print(f"inputs: 2 + {args.params} parameter-like tensors")
-    print(f"eager PyTorch            {eager:8.1f} us")
-    print(f"torch.compile(max)       {ours:8.1f} us")
-    print(f"  CompiledGraph call     {graph_only:8.1f} us")
-    print(f"  MAX execute, bare      {bare:8.1f} us")
+    print(f"eager PyTorch            {m['eager_us']:8.1f} us")
+    print(f"torch.compile(max)       {m['compiled_us']:8.1f} us")
+    print(f"  CompiledGraph call     {m['graph_us']:8.1f} us")
+    print(f"  MAX execute, bare      {m['execute_us']:8.1f} us")
     print(
-        f"backend overhead         {graph_only - bare:8.1f} us "
-        f"({graph_only / bare:.2f}x bare execute)"
+        f"backend overhead         {m['graph_us'] - m['execute_us']:8.1f} us "
+        f"({m['graph_us'] / m['execute_us']:.2f}x bare execute)"
     )
 
 

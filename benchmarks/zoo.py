@@ -8,9 +8,12 @@ in a fresh process).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
+
+from examples.architectures import ResNet
 
 Case = tuple[nn.Module, tuple[torch.Tensor, ...]]
 
@@ -26,50 +29,8 @@ def mlp(batch: int = 64, hidden: int = 1024) -> Case:
     return model, (torch.randn(batch, hidden),)
 
 
-class _BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn1(self.conv1(x)))
-        return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
-
-
-class ResNet18(nn.Module):
-    """The ResNet-18 layout (torchvision is not installable here)."""
-
-    def __init__(self, classes: int = 1000) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
-            nn.BatchNorm2d(64),
-            nn.ReLU(),
-            nn.MaxPool2d(3, 2, 1),
-        )
-        blocks: list[nn.Module] = []
-        cin = 64
-        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-            blocks += [_BasicBlock(cin, cout, stride), _BasicBlock(cout, cout, 1)]
-            cin = cout
-        self.blocks = nn.Sequential(*blocks)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.flatten(self.pool(self.blocks(self.stem(x))), 1))
-
-
 def resnet18(batch: int = 1, size: int = 224) -> Case:
-    return ResNet18(), (torch.randn(batch, 3, size, size),)
+    return ResNet("resnet18"), (torch.randn(batch, 3, size, size),)
 
 
 class _LogitsOnly(nn.Module):
@@ -95,11 +56,62 @@ def gpt2_2layer() -> Case:
     return gpt2(layers=2, batch=1, seq=128)
 
 
+class _HiddenStates(nn.Module):
+    """A transformers encoder returning its last hidden states alone."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids).last_hidden_state
+
+
+def bert(layers: int = 12, batch: int = 1, seq: int = 128) -> Case:
+    """BERT-base (12 layers, 768 wide) unless told otherwise."""
+    import transformers
+
+    config = transformers.BertConfig(num_hidden_layers=layers)
+    model = _HiddenStates(transformers.BertModel(config, add_pooling_layer=False))
+    return model, (torch.randint(0, config.vocab_size, (batch, seq)),)
+
+
+def gemma_config(layers: int = 6, vocab: int = 32768) -> Any:
+    """A Gemma-3-style decoder at the width of Gemma 3 270M, with fewer layers
+    and a smaller vocabulary: RMSNorm, rotary embeddings, grouped-query
+    attention (4 query heads share 1 key/value head), GeGLU, and Gemma 3's
+    interleaving of sliding-window and global attention layers."""
+    import transformers
+
+    return transformers.Gemma3TextConfig(
+        vocab_size=vocab,
+        hidden_size=640,
+        intermediate_size=2048,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=256,
+        sliding_window=64,
+        max_position_embeddings=2048,
+        use_cache=False,
+    )
+
+
+def gemma(layers: int = 6, batch: int = 1, seq: int = 128) -> Case:
+    import transformers
+
+    config = gemma_config(layers)
+    model = _LogitsOnly(transformers.Gemma3ForCausalLM(config))
+    return model, (torch.randint(0, config.vocab_size, (batch, seq)),)
+
+
 ZOO: dict[str, Callable[[], Case]] = {
     "mlp": mlp,
     "resnet18": resnet18,
     "gpt2-2layer": gpt2_2layer,
     "gpt2": gpt2,
+    "bert": bert,
+    "gemma": gemma,
 }
 
 

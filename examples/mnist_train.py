@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import load_weights
 from tabulate import tabulate
 
 from torch_max_backend import max_backend
@@ -192,7 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tolerance", type=float, default=1.0, help="accuracy points allowed apart"
     )
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        help="initial weights: a local safetensors file (with --model mlp or cnn)",
+    )
     args = parser.parse_args(argv)
+    if args.weights and args.model == "both":
+        parser.error("--weights needs --model mlp or --model cnn")
 
     data = mnist(args.data) if args.data else synthetic(args.train_size, args.test_size)
     source = f"MNIST from {args.data}" if args.data else "synthetic digits"
@@ -205,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         torch.manual_seed(0)
         model = MODELS[name]()
+        load_weights(model, args.weights)
         eager = run(copy.deepcopy(model), data, args, compiled=False)
         ours = run(model, data, args, compiled=True)
         rows = [

@@ -7,10 +7,16 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+import torch
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def _load(name: str) -> ModuleType:
+    # Examples import their shared helpers as ``from common import ...``.
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
     spec = importlib.util.spec_from_file_location(
         f"example_{name}", EXAMPLES / f"{name}.py"
     )
@@ -81,3 +87,103 @@ def test_mnist_idx_files_are_read(tmp_path):
         mnist.mnist(tmp_path)
     with pytest.raises(FileNotFoundError, match="no train-images-idx3-ubyte"):
         mnist.mnist(tmp_path / "missing")
+
+
+def test_gemma3_decoder_matches_eager(max_calls, capsys):
+    gemma = _load("gemma3_decoder")
+    # The example's default (smallest) model, so that a run of the example and
+    # the test share MAX's compiled graph in its disk cache.
+    code = gemma.main(["--runs", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert (
+        "result: Gemma 3 logits and greedy next tokens: eager and max_backend agree"
+        in out
+    )
+    assert "2 layers (1 sliding, 1 full" in out
+    assert "4 query / 2 key-value heads" in out
+    # The first call, median_ms's warm-up and one timed run, each a single
+    # whole MAX graph (no split around ops running in PyTorch).
+    assert max_calls.count == 3
+    assert all(n.startswith("inference_") and "." not in n for n in max_calls.names)
+
+
+def test_gpt2_generate_one_graph_for_every_length(max_calls, capsys):
+    from torch_max_backend import compile_stats, reset_compile_stats
+
+    generate = _load("gpt2_generate")
+    reset_compile_stats()
+    new_tokens = 4
+    code = generate.main(["--runs", "1", "--new-tokens", str(new_tokens)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "result: greedy tokens: eager and max_backend agree" in out
+    assert "4 steps (lengths 8..11): 1 MAX graph(s) built" in out
+    # Every step of the first generation, median_ms's warm-up and one timed
+    # generation ran the same single MAX graph.
+    assert max_calls.count == 3 * new_tokens
+    assert len(set(max_calls.names)) == 1
+    assert max_calls.names[0].startswith("inference_")
+    stats = compile_stats()
+    assert stats.graphs_built == 1
+    # Compiled once, or loaded from MAX's disk cache once (still counted), or
+    # found already loaded in this process.
+    assert stats.max_compiles + stats.cache_hits == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "argv"),
+    [
+        ("vgg", ["--width", "16", "--size", "32"]),
+        ("resnet", ["--width", "8", "--size", "32"]),
+        ("densenet", ["--layout", "densenet-shallow", "--width", "8", "--size", "32"]),
+    ],
+)
+def test_image_classifier_top5_matches_eager(name, argv, max_calls, capsys):
+    example = _load(name)
+    code = example.main([*argv, "--runs", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "top-5 classes of every image: eager and max_backend agree" in out
+    # The first call, the warm-up and the timed call ran one MAX graph each.
+    assert max_calls.of("inference") == 3
+
+
+def test_example_weights_file_is_loaded_and_checked(tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    architectures = _load("architectures")
+    model = architectures.ResNet("resnet18", width=8)
+    state = {
+        k: torch.full_like(v, 0.5) if v.is_floating_point() else v
+        for k, v in model.state_dict().items()
+    }
+    path = tmp_path / "resnet.safetensors"
+    save_file(state, str(path))
+    common = _load("common")
+    fresh = architectures.ResNet("resnet18", width=8)
+    common.load_weights(fresh, path)
+    assert all(
+        torch.all(v == 0.5)
+        for v in fresh.state_dict().values()
+        if v.is_floating_point()
+    )
+    with pytest.raises(SystemExit, match=r"does not fit VGG; missing \['classifier"):
+        common.load_weights(architectures.VGG("vgg11", width=16, pool=1), path)
+    with pytest.raises(SystemExit, match="no such file"):
+        common.load_weights(fresh, tmp_path / "absent.safetensors")
+
+
+def test_tied_weights_may_be_saved_once(tmp_path):
+    import transformers
+    from safetensors.torch import save_file
+
+    common = _load("common")
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)
+    saved = transformers.GPT2LMHeadModel(config)
+    # As published checkpoints do: the output head is the embedding, kept once.
+    state = {k: v for k, v in saved.state_dict().items() if k != "lm_head.weight"}
+    save_file(state, str(tmp_path / "gpt2.safetensors"))
+    model = transformers.GPT2LMHeadModel(config)
+    common.load_weights(model, tmp_path / "gpt2.safetensors")
+    torch.testing.assert_close(model.lm_head.weight, saved.transformer.wte.weight)

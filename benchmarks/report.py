@@ -1,0 +1,191 @@
+"""The benchmark suite's tables, its performance targets, docs section and chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from benchmarks.cases import CASES
+
+HEADERS = [
+    "model",
+    "backend",
+    "cold compile s",
+    "warm compile s",
+    "median ms",
+    "p10 ms",
+    "p90 ms",
+    "items/s",
+    "x eager",
+    "peak RSS MiB",
+    "max |err|",
+]
+TARGET_HEADERS = ["target", "wanted", "measured", "met"]
+
+# (label, case, baseline backend, wanted speedup of max_backend): from the performance issue.
+SPEEDUP_TARGETS = [
+    ("MLP over eager", "mlp", "eager", 1.5),
+    ("GPT-2 small over eager", "gpt2", "eager", 1.3),
+    ("BERT-base over eager", "bert", "eager", 1.3),
+    ("ResNet-18 over eager", "resnet18", "eager", 1.0),
+    ("MLP over Inductor", "mlp", "inductor", 1.1),
+    ("GPT-2 small over Inductor", "gpt2", "inductor", 1.1),
+    ("BERT-base over Inductor", "bert", "inductor", 1.1),
+    ("MLP training step over eager", "mlp-train", "eager", 1.2),
+]
+OVERHEAD_TARGET = 1.3
+DOCS_BEGIN = "<!-- benchmark suite: begin (python -m benchmarks.run --docs) -->"
+DOCS_END = "<!-- benchmark suite: end -->"
+CHART = "speedup.png"
+
+
+def _find(rows: list[dict[str, Any]], case: str, backend: str) -> dict[str, Any] | None:
+    for row in rows:
+        if row["case"] == case and row["backend"] == backend:
+            return row
+    return None
+
+
+def _speedup(
+    rows: list[dict[str, Any]], row: dict[str, Any], over: str
+) -> float | None:
+    base = _find(rows, row["case"], over)
+    if base is None or "median_ms" not in base or "median_ms" not in row:
+        return None
+    return base["median_ms"] / row["median_ms"]
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(rows: list[dict[str, Any]]) -> list[list[str]]:
+    lines = []
+    for row in rows:
+        backend = row["backend"]
+        if row.get("fallbacks"):
+            backend += f" ({row['fallbacks']} split)"
+        compiled = row["backend"] != "eager"
+        lines.append(
+            [
+                row["case"],
+                backend,
+                _fmt(row["first_call_s"] if compiled else None, ".1f"),
+                _fmt(row.get("warm_first_call_s"), ".2f"),
+                _fmt(row["median_ms"], ".2f"),
+                _fmt(row["p10_ms"], ".2f"),
+                _fmt(row["p90_ms"], ".2f"),
+                _fmt(row["throughput_per_s"], ".1f"),
+                _fmt(_speedup(rows, row, "eager"), ".2f"),
+                _fmt(row["peak_rss_mib"], ".0f"),
+                _fmt(row["max_abs_error"], ".1e"),
+            ]
+        )
+    return lines
+
+
+def targets(rows: list[dict[str, Any]], overhead: dict[str, float]) -> list[list[str]]:
+    """Each target of the performance issue, measured or "-" when not run."""
+    ratio = overhead["graph_us"] / overhead["execute_us"]
+    lines = [
+        [
+            "per-call time / MAX execute (tiny graph)",
+            f"<= {OVERHEAD_TARGET}x",
+            f"{ratio:.2f}x ({overhead['graph_us']:.1f} vs "
+            f"{overhead['execute_us']:.1f} us)",
+            "yes" if ratio <= OVERHEAD_TARGET else "no",
+        ]
+    ]
+    for label, case, baseline, wanted in SPEEDUP_TARGETS:
+        row = _find(rows, case, "max")
+        speedup = None if row is None else _speedup(rows, row, baseline)
+        met = "-" if speedup is None else ("yes" if speedup >= wanted else "no")
+        lines.append([label, f">= {wanted}x", _fmt(speedup, ".2f"), met])
+    return lines
+
+
+def chart(rows: list[dict[str, Any]], path: Path) -> None:
+    """Bars of speedup over eager per model, one per compiled backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [c for c in CASES if _find(rows, c, "eager")]
+    backends = [b for b in ("inductor", "max") if any(r["backend"] == b for r in rows)]
+    width = 0.8 / max(len(backends), 1)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, backend in enumerate(backends):
+        values = []
+        for case in cases:
+            row = _find(rows, case, backend)
+            values.append((row and _speedup(rows, row, "eager")) or 0.0)
+        xs = [x + (i - (len(backends) - 1) / 2) * width for x in range(len(cases))]
+        label = "max_backend" if backend == "max" else "Inductor"
+        bars = ax.bar(xs, values, width, label=label)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(cases)), cases)
+    ax.set_ylabel("speedup over eager PyTorch (median latency)")
+    ax.set_title("Steady-state speed on CPU, higher is better")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    rows = results["rows"]
+    gpu = m["gpu"] or "no GPU"
+    parts = [
+        DOCS_BEGIN,
+        "## Side by side: eager, Inductor and max_backend",
+        "",
+        f"`{results['command']}`, {results['duration_s'] / 60:.0f} minutes on "
+        f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {gpu}; "
+        f"torch {m['torch']}, max {m['max']}, Python {m['python']}.",
+        "",
+        "Each row is one fresh process: the first call (compile and one run; "
+        f"caches: {rows[0]['caches'] if rows else '-'}), then steady-state "
+        "latency after three warm-up calls; *warm compile* is a second fresh "
+        "process over the caches the first one filled. *items/s* counts "
+        "images, sequences or samples. *peak RSS* is the process's peak, "
+        "compiling included. *max |err|* is against eager PyTorch's output "
+        "(for the training step: parameters after three steps).",
+        "",
+        "| model | what |",
+        "|---|---|",
+        *(f"| {c} | {CASES[c]} |" for c in CASES if _find(rows, c, "eager")),
+        "",
+        tabulate(table(rows), headers=HEADERS, tablefmt="github"),
+        "",
+        f"![speedup over eager]({CHART})",
+        "",
+        "### Performance targets",
+        "",
+        tabulate(targets(rows, results["overhead"]), TARGET_HEADERS, "github"),
+        "",
+        DOCS_END,
+    ]
+    return "\n".join(parts)
+
+
+def write_docs(results: dict[str, Any], docs: Path) -> None:
+    """Replace the suite's section of docs/benchmarks.md and redraw the chart."""
+    chart(results["rows"], docs / CHART)
+    page = docs / "benchmarks.md"
+    text = page.read_text()
+    section = markdown(results)
+    if DOCS_BEGIN in text and DOCS_END in text:
+        head, rest = text.split(DOCS_BEGIN, 1)
+        tail = rest.split(DOCS_END, 1)[1]
+        text = head + section + tail
+    else:  # first run: the suite's section goes first, after the page's intro
+        marker = "\n## "
+        at = text.find(marker)
+        at = len(text) if at < 0 else at + 1
+        text = text[:at] + section + "\n\n" + text[at:]
+    page.write_text(text)

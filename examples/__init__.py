@@ -1,0 +1,1 @@
+"""Example scripts; ``architectures`` is shared with the benchmark zoo."""
