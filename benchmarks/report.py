@@ -64,6 +64,10 @@ def _fmt(value: float | None, spec: str) -> str:
 def table(rows: list[dict[str, Any]]) -> list[list[str]]:
     lines = []
     for row in rows:
+        if "error" in row:
+            failed = f"failed: {row['error']}"
+            lines.append([row["case"], row["backend"], failed, *["-"] * 8])
+            continue
         backend = row["backend"]
         if row.get("fallbacks"):
             backend += f" ({row['fallbacks']} split)"

@@ -44,20 +44,26 @@ def _child(case: str, backend: str, runs: int, seconds: float, warm: bool) -> No
     print(json.dumps(figures), flush=True)
 
 
+class CaseFailed(Exception):
+    """A child process failed; its row says so and the suite goes on."""
+
+
 def _spawn(args: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
-    if done.returncode != 0:
-        raise SystemExit(
-            f"benchmark {' '.join(args)} failed (exit {done.returncode}):\n"
-            f"{done.stderr[-3000:]}"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.run", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
         )
+    except subprocess.TimeoutExpired as e:
+        raise CaseFailed(f"timed out after {timeout:.0f} s") from e
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        print(done.stderr[-3000:], file=sys.stderr)
+        raise CaseFailed(lines[-1][:200])
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -77,10 +83,13 @@ def measure(case: str, backend: str, args: argparse.Namespace) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         directory = Path(tmp) if args.caches == "cold" else None
         env = _cache_env(directory)
-        row = _spawn(child, env, args.timeout)
-        if backend != "eager":
-            warm = _spawn([*child, "--warm"], env, args.timeout)
-            row["warm_first_call_s"] = warm["first_call_s"]
+        try:
+            row = _spawn(child, env, args.timeout)
+            if backend != "eager":
+                warm = _spawn([*child, "--warm"], env, args.timeout)
+                row["warm_first_call_s"] = warm["first_call_s"]
+        except CaseFailed as e:
+            row = {"case": case, "backend": backend, "error": str(e)}
     row["caches"] = args.caches
     return row
 

@@ -187,3 +187,17 @@ def test_tied_weights_may_be_saved_once(tmp_path):
     model = transformers.GPT2LMHeadModel(config)
     common.load_weights(model, tmp_path / "gpt2.safetensors")
     torch.testing.assert_close(model.lm_head.weight, saved.transformer.wte.weight)
+
+
+def test_custom_mojo_op_eager_compiled_and_trained(max_calls, capsys):
+    example = _load("custom_op_no_graph_break")
+    code = example.main(["--runs", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Dynamo: 1 graph(s), 0 graph break(s)" in out
+    for check in ("eager op", "compiled", "gradients", "no graph break"):
+        assert f"  {check}: ok" in out
+    # The model's graphs ran on MAX (inference, training forward and backward),
+    # with the kernel inside them: strict mode allows no PyTorch fallback.
+    assert max_calls.of("inference") >= 1
+    assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1

@@ -38,6 +38,9 @@ _EXPORTS = {
     "CompileStats": ".runtime.stats",
     "compile_stats": ".runtime.stats",
     "reset_compile_stats": ".runtime.stats",
+    "KernelBuildError": ".kernels.library",
+    "MojoLibrary": ".kernels.library",
+    "mojo_op": ".kernels.mojo_op",
     "export": ".aot.exporter",
     "load": ".aot.runner",
 }

@@ -34,6 +34,8 @@ class CompileRecord:
     seconds: float
     cached: bool  # found loaded in this process
     from_disk: bool = False  # loaded from MAX's disk cache, not compiled
+    # Mojo kernel libraries the graph loads (custom kernels), if any.
+    kernel_libraries: tuple[str, ...] = ()
 
 
 _LOCK = threading.Lock()
@@ -133,7 +135,10 @@ def compile_graph(graph: Graph, device: torch.device) -> tuple[Model, CompileRec
         if model is None:
             model, from_disk = _load(session_for(device), graph, text, str(device))
             _MODELS[cache_key] = model
-    record = CompileRecord(key, time.perf_counter() - start, cached, from_disk)
+    libraries = tuple(str(p) for p in graph.kernel_libraries_paths)
+    record = CompileRecord(
+        key, time.perf_counter() - start, cached, from_disk, libraries
+    )
     COMPILE_LOG.append(record)
     if cached:
         stats.record(cache_hits=1)
@@ -141,6 +146,7 @@ def compile_graph(graph: Graph, device: torch.device) -> tuple[Model, CompileRec
         stats.record(
             max_compiles=1,
             disk_cache_hits=int(from_disk),
+            kernel_graphs=int(bool(libraries)),
             compile_seconds=record.seconds,
         )
     return model, record

@@ -25,6 +25,8 @@ class CompileStats:
             disk cache instead of compiling (it wrote no new artifact).
         cache_hits: MAX graphs found already loaded in this process (same
             structure, device and settings), which cost no compile at all.
+        kernel_graphs: of ``max_compiles``, the graphs that load Mojo kernel
+            libraries (custom kernels); a graph without custom ops loads none.
         build_seconds: time spent lowering ATen graphs to MAX graphs.
         compile_seconds: time spent in MAX's compiler and loader.
     """
@@ -33,6 +35,7 @@ class CompileStats:
     max_compiles: int = 0
     disk_cache_hits: int = 0
     cache_hits: int = 0
+    kernel_graphs: int = 0
     build_seconds: float = 0.0
     compile_seconds: float = 0.0
 

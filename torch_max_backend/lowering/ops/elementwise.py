@@ -12,8 +12,10 @@ from collections.abc import Callable
 import torch
 import torch._inductor.inductor_prims  # defines prims.fma, lowered below
 from max.dtype import DType
-from max.graph import TensorValue, ops
+from max.graph import Dim, TensorType, TensorValue, ops
 
+from ...kernels.library import SHIPPED, custom
+from ..context import current
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
 
@@ -377,45 +379,88 @@ def logical_xor(self: TensorValue, other: TensorValue) -> TensorValue:
     return ops.logical_xor(_as_bool(self), _as_bool(other))
 
 
-def _bool_only(node: torch.fx.Node) -> str | None:
-    """Bool tensors only: MAX has no bitwise ops on integers."""
-    # MAX has no bitwise ops on integers; on bools they are the logical ones.
+def _no_floats(node: torch.fx.Node) -> str | None:
+    """Bool and integer tensors, as in torch (integers by a shipped Mojo kernel)."""
     for arg in node.args:
         meta = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
         dtype = meta.dtype if isinstance(meta, torch.Tensor) else type(meta)
-        if dtype not in (torch.bool, bool):
-            return f"bitwise op on {dtype} (only bool tensors are supported)"
+        if dtype is float or (
+            isinstance(dtype, torch.dtype) and dtype.is_floating_point
+        ):
+            return f"bitwise op on {dtype} (torch takes bool and integer tensors)"
     return None
 
 
-@lowering(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, supports=_bool_only)
-def bitwise_and(self: TensorValue, other: Operand) -> TensorValue:
+def _broadcast_shape(a: TensorValue, b: TensorValue) -> list[Dim]:
+    rank = max(a.rank, b.rank)
+    dims_a = [Dim(1)] * (rank - a.rank) + list(a.shape)
+    dims_b = [Dim(1)] * (rank - b.rank) + list(b.shape)
+    return [y if x == Dim(1) else x for x, y in zip(dims_a, dims_b, strict=True)]
+
+
+# Operation codes of the shipped Mojo kernel torch_max_backend_bitwise.
+_BITWISE_CODE = {"and": 0, "or": 1, "xor": 2}
+
+
+def _bitwise(
+    op: str, self: Operand, other: Operand, logical: Callable[..., TensorValue]
+) -> TensorValue:
+    a, b = promote(self, other)
+    if a.dtype == DType.bool:  # on bools, bitwise ops are the logical ones
+        return logical(a, b)
+    # MAX has no bitwise ops on integers: a Mojo kernel shipped with the package.
+    shape = _broadcast_shape(a, b)
+    a, b = ops.broadcast_to(a, shape), ops.broadcast_to(b, shape)
+    device = current().device
+    (out,) = custom(
+        SHIPPED,
+        "torch_max_backend_bitwise",
+        [a, b],
+        [TensorType(a.dtype, shape, device)],
+        device,
+        parameters={"op": _BITWISE_CODE[op]},
+    )
+    return out
+
+
+@lowering(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, supports=_no_floats)
+def bitwise_and(self: Operand, other: Operand) -> TensorValue:
     """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor
     bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor
     """
-    return ops.logical_and(self, as_tensor(other, DType.bool))
+    return _bitwise("and", self, other, ops.logical_and)
 
 
-@lowering(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, supports=_bool_only)
-def bitwise_or(self: TensorValue, other: Operand) -> TensorValue:
+@lowering(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, supports=_no_floats)
+def bitwise_or(self: Operand, other: Operand) -> TensorValue:
     """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor
     bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor
     """
-    return ops.logical_or(self, as_tensor(other, DType.bool))
+    return _bitwise("or", self, other, ops.logical_or)
 
 
-@lowering(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, supports=_bool_only)
-def bitwise_xor(self: TensorValue, other: Operand) -> TensorValue:
+@lowering(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, supports=_no_floats)
+def bitwise_xor(self: Operand, other: Operand) -> TensorValue:
     """bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor
     bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor
     """
-    return ops.logical_xor(self, as_tensor(other, DType.bool))
+    return _bitwise("xor", self, other, ops.logical_xor)
 
 
-@lowering(aten.bitwise_not.default, supports=_bool_only)
+@lowering(aten.bitwise_not.default, supports=_no_floats)
 def bitwise_not(self: TensorValue) -> TensorValue:
     """bitwise_not(Tensor self) -> Tensor"""
-    return ops.logical_not(self)
+    if self.dtype == DType.bool:
+        return ops.logical_not(self)
+    device = current().device
+    (out,) = custom(
+        SHIPPED,
+        "torch_max_backend_bitwise_not",
+        [self],
+        [TensorType(self.dtype, self.shape, device)],
+        device,
+    )
+    return out
 
 
 @lowering(

@@ -1,0 +1,174 @@
+"""Mojo kernel libraries: built once into a cached ``.mojoc``, loaded per graph.
+
+A library is a directory of Mojo sources (a Mojo package: it has an
+``__init__.mojo``) whose kernels register themselves with
+``@extensibility.register("name")``, or a single ``.mojo`` file, which is
+wrapped into such a package. ``mojo precompile`` builds it into a ``.mojoc``
+under ``<MAX cache root>/torch_max_backend/<max version>/kernels/<hash>/``,
+the hash covering every source file and the compiler's version, so an edited
+kernel is rebuilt and an unchanged one never is. Builds go to a staging
+directory and are renamed into place: a failed or concurrent build never
+leaves a half-written library.
+
+A graph gets a library only when one of its ops calls a kernel from it
+(``custom``): MAX analyses every library a graph carries, so graphs without
+custom kernels carry none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
+
+from ..errors import MaxCompilerError
+from ..runtime.disk_cache import ARTIFACTS, cache_root, max_version
+
+Parameter = bool | int | float | str
+
+
+class KernelBuildError(MaxCompilerError):
+    """A Mojo kernel library did not compile; carries the compiler's message."""
+
+    def __init__(self, library: str, source: Path, message: str) -> None:
+        self.library, self.source, self.compiler_message = library, source, message
+        super().__init__(
+            f"building the Mojo kernel library {library!r} from {source} failed:\n"
+            f"{message.strip()}"
+        )
+
+
+def _compiler_version() -> str:
+    for dist in ("mojo-compiler", "mojo", "max-core"):
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    return f"max {max_version()}"
+
+
+def _run_mojo(args: list[str]) -> tuple[int, str]:
+    """Run the Mojo compiler that ships with MAX; (exit code, its messages)."""
+    try:
+        from mojo.run import subprocess_run_mojo
+    except ImportError:  # pragma: no cover - a MAX install without the wheel
+        exe = shutil.which("mojo")
+        if exe is None:
+            raise MaxCompilerError(
+                "the Mojo compiler is not installed (it comes with `pip install max`)"
+            ) from None
+        import subprocess
+
+        done = subprocess.run([exe, *args], capture_output=True, text=True)
+    else:
+        done = subprocess_run_mojo(args, capture_output=True, text=True)
+    return done.returncode, (done.stderr or "") + (done.stdout or "")
+
+
+@dataclass
+class MojoLibrary:
+    """A Mojo kernel library: ``source`` is a package directory or one file."""
+
+    name: str
+    source: Path
+    _built: Path | None = field(default=None, init=False, repr=False)
+    # ``threading.Lock`` is a factory, not a type a checker can test against.
+    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.source = Path(self.source).resolve()
+        if not self.name.isidentifier():
+            raise ValueError(
+                f"a kernel library name must be an identifier: {self.name!r}"
+            )
+
+    def _files(self) -> list[Path]:
+        if self.source.is_file():
+            return [self.source]
+        if not self.source.is_dir():
+            raise FileNotFoundError(f"Mojo kernel source {self.source} does not exist")
+        files = sorted(self.source.rglob("*.mojo"))
+        if not files:
+            raise FileNotFoundError(f"{self.source} holds no .mojo files")
+        return files
+
+    def digest(self) -> str:
+        """Hash of the sources and the compiler: the build's cache key."""
+        h = hashlib.sha256(f"{_compiler_version()}\n{self.name}\n".encode())
+        for f in self._files():
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        return h.hexdigest()[:24]
+
+    def path(self) -> Path:
+        """The built ``.mojoc``, compiling the sources on first use."""
+        with self._lock:
+            digest = self.digest()
+            if self._built is not None and self._built.parent.name == digest:
+                return self._built
+            out = (
+                cache_root() / ARTIFACTS / max_version() / "kernels" / digest
+            ) / f"{self.name}.mojoc"
+            if not out.is_file():
+                self._build(out)
+            self._built = out
+            return out
+
+    def _build(self, out: Path) -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+            package = self.source
+            if self.source.is_file():
+                # One file: a package around it; its messages name the file.
+                package = Path(tmp) / "src" / self.name
+                package.mkdir(parents=True)
+                (package / "__init__.mojo").write_text("")
+                (package / self.source.name).symlink_to(self.source)
+            elif not (package / "__init__.mojo").is_file():
+                raise KernelBuildError(
+                    self.name, self.source, "a Mojo package needs an __init__.mojo"
+                )
+            # Same file name in staging: the name is part of the built package.
+            staged = Path(tmp) / out.name
+            code, message = _run_mojo(["precompile", str(package), "-o", str(staged)])
+            if code != 0 or not staged.is_file():
+                if self.source.is_file():
+                    message = message.replace(
+                        str(package / self.source.name), str(self.source)
+                    )
+                raise KernelBuildError(self.name, self.source, message)
+            os.replace(staged, out)
+
+
+def custom(
+    library: MojoLibrary,
+    kernel: str,
+    values: Sequence[TensorValue],
+    out_types: Sequence[TensorType],
+    device: DeviceRef,
+    parameters: Mapping[str, Parameter] | None = None,
+) -> list[TensorValue]:
+    """Call ``kernel`` of ``library`` in the graph being built, loading the
+    library into that graph first if no earlier op did."""
+    graph = Graph.current
+    path = library.path()
+    if path not in graph.kernel_libraries_paths:
+        # MAX records a graph's libraries in the graph itself (and so in its
+        # text, our cache key) when they are imported.
+        graph._import_kernels([path])
+    results = ops.custom(
+        kernel, device, list(values), list(out_types), parameters=parameters or None
+    )
+    return [r.tensor for r in results]
+
+
+# The kernels torch-max-backend's own lowerings use.
+SHIPPED = MojoLibrary("torch_max_backend_kernels", Path(__file__).parent / "mojo")
