@@ -25,15 +25,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import sympy
 import torch
 from max.engine import Model
 from max.graph import DeviceRef, Graph, TensorType, TensorValue
 
-from ..errors import MaxCompilerError
 from ..lowering.context import current
 from ..lowering.dtypes import to_device_ref, to_max_dtype
 from ..lowering.registry import MAPPING_TORCH_ATEN_TO_MAX
+from ..lowering.shapes import max_dim
 from .library import MojoLibrary, Parameter, custom
 
 _PARAMETER_TYPES = (bool, int, float, str)
@@ -48,21 +47,6 @@ def _outputs(value: object, op: str) -> list[torch.Tensor]:
             f"(e.g. torch.empty_like(x)), got {value!r}"
         )
     return items
-
-
-def _max_dim(size: int | torch.SymInt, op: str) -> int | str:
-    """A fake tensor's size as a MAX dim, named as the graph builder names it."""
-    if isinstance(size, int):
-        return size
-    expr = size.node.expr
-    if isinstance(expr, sympy.Symbol):
-        return str(expr)
-    if expr.is_number:
-        return int(expr)
-    raise MaxCompilerError(
-        f"{op}: an output size is the expression {expr} of symbolic sizes; a Mojo "
-        "op's outputs may have static sizes or the inputs' symbolic sizes"
-    )
 
 
 class _MojoOp:
@@ -169,7 +153,9 @@ class _MojoOp:
         device: DeviceRef = ctx.device
         out_types = [
             TensorType(
-                to_max_dtype(o.dtype), [_max_dim(s, self.name) for s in o.shape], device
+                to_max_dtype(o.dtype),
+                [max_dim(s, f"{self.name}'s output") for s in o.shape],
+                device,
             )
             for o in outputs
         ]

@@ -36,7 +36,7 @@ from .registry import (
     unsupported_reason,
 )
 from .scalars import ScalarArg
-from .shapes import static_size
+from .shapes import max_dim, static_size
 
 # A fixed name: MAX's caches key on the graph text, name included.
 GRAPH_NAME = "torch_max_graph"
@@ -221,23 +221,10 @@ class GraphBuilder:
 
     # -- inputs ---------------------------------------------------------------
 
-    def _dim(self, size: int | torch.SymInt, where: str) -> int | str:
-        if isinstance(size, int):
-            return size
-        expr = size.node.expr
-        if isinstance(expr, sympy.Symbol):
-            return str(expr)
-        if expr.is_number:
-            return int(expr)
-        raise MaxCompilerError(
-            f"{where} has a size given by the expression {expr}; torch-max-backend "
-            "takes symbolic input sizes that are plain symbols"
-        )
-
     def _add_input(
         self, source: int | torch.Tensor | SeedInput, meta: torch.Tensor, where: str
     ) -> int:
-        shape = [self._dim(s, where) for s in meta.shape]
+        shape = [max_dim(s, where) for s in meta.shape]
         self.input_types.append(
             TensorType(to_max_dtype(meta.dtype), shape, self.device_ref)
         )

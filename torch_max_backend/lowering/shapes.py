@@ -4,10 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sympy
+import torch
 from max.dtype import DType
 from max.graph import Dim, StaticDim, TensorValue, ops
 
+from ..errors import MaxCompilerError
+
 SizeLike = int | Dim
+
+
+def max_dim(size: int | torch.SymInt, where: str) -> int | str:
+    """A torch size as a MAX dim: an int, or the name of its symbol (every
+    graph names a symbolic size after its sympy symbol, e.g. "s0")."""
+    if isinstance(size, int):
+        return size
+    expr = size.node.expr
+    if isinstance(expr, sympy.Symbol):
+        return str(expr)
+    if expr.is_number:
+        return int(expr)
+    raise MaxCompilerError(
+        f"{where} has a size given by the expression {expr}; torch-max-backend "
+        "takes symbolic input sizes that are plain symbols"
+    )
 
 
 def normalize_dim(dim: int, rank: int) -> int:
