@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
-from torch._functorch.partitioners import default_partition
+from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .errors import MaxCompilerError
@@ -115,7 +115,11 @@ def _checked_partition(
     # compiles, so that one error lists every unsupported op of the step.
     if strict:
         check_supported([joint])
-    return default_partition(joint, joint_inputs, **kwargs)
+    # The min-cut partitioner saves weights, not their transposes, for the
+    # backward pass and recomputes cheap ops there: a forward graph that returned
+    # each transposed weight made MAX write it out at every step (MLP training
+    # step 17.1 -> 11.9 ms, its forward graph 8.9 -> 3.6 ms).
+    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
 def max_backend(
