@@ -80,3 +80,18 @@ def along(values: TensorValue, axis: int, rank: int) -> TensorValue:
     shape: list[int | Dim] = [1] * rank
     shape[axis] = values.shape[0]
     return ops.reshape(values, shape)
+
+
+def broadcast_shape(values: Sequence[TensorValue]) -> list[Dim]:
+    """The shape ``values`` broadcast to, by torch's rules (sizes torch has
+    already checked compatible: any size other than 1 wins)."""
+    rank = max(v.rank for v in values)
+    shape: list[Dim] = []
+    for i in range(rank):
+        size: Dim = StaticDim(1)
+        for v in values:
+            j = i - (rank - v.rank)
+            if j >= 0 and static_size(v.shape[j]) != 1:
+                size = v.shape[j]
+        shape.append(size)
+    return shape

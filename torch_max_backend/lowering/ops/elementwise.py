@@ -12,12 +12,13 @@ from collections.abc import Callable
 import torch
 import torch._inductor.inductor_prims  # defines prims.fma, lowered below
 from max.dtype import DType
-from max.graph import Dim, TensorType, TensorValue, ops
+from max.graph import TensorType, TensorValue, ops
 
 from ...kernels.library import SHIPPED, custom
 from ..context import current
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
+from ..shapes import broadcast_shape
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -391,13 +392,6 @@ def _no_floats(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _broadcast_shape(a: TensorValue, b: TensorValue) -> list[Dim]:
-    rank = max(a.rank, b.rank)
-    dims_a = [Dim(1)] * (rank - a.rank) + list(a.shape)
-    dims_b = [Dim(1)] * (rank - b.rank) + list(b.shape)
-    return [y if x == Dim(1) else x for x, y in zip(dims_a, dims_b, strict=True)]
-
-
 # Operation codes of the shipped Mojo kernel torch_max_backend_bitwise.
 _BITWISE_CODE = {"and": 0, "or": 1, "xor": 2}
 
@@ -409,7 +403,7 @@ def _bitwise(
     if a.dtype == DType.bool:  # on bools, bitwise ops are the logical ones
         return logical(a, b)
     # MAX has no bitwise ops on integers: a Mojo kernel shipped with the package.
-    shape = _broadcast_shape(a, b)
+    shape = broadcast_shape([a, b])
     a, b = ops.broadcast_to(a, shape), ops.broadcast_to(b, shape)
     device = current().device
     (out,) = custom(

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import torch
 from max.dtype import DType
-from max.graph import Dim, StaticDim, TensorValue, ops
+from max.graph import TensorValue, ops
 
 from ..registry import lowering
 from ..scalars import as_tensor
-from ..shapes import normalize_dim, static_size
+from ..shapes import broadcast_shape, normalize_dim
 
 aten = torch.ops.aten
 
@@ -49,19 +49,6 @@ def _tensor_indices_only(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _broadcast_shape(values: Sequence[TensorValue]) -> list[Dim]:
-    rank = max(v.rank for v in values)
-    shape: list[Dim] = []
-    for i in range(rank):
-        size: Dim = StaticDim(1)
-        for v in values:
-            j = i - (rank - v.rank)
-            if j >= 0 and static_size(v.shape[j]) != 1:
-                size = v.shape[j]
-        shape.append(size)
-    return shape
-
-
 class _AdvancedIndex:
     """torch's advanced indexing by tensors, as MAX gather_nd/scatter_nd.
 
@@ -74,7 +61,7 @@ class _AdvancedIndex:
         self.dims = [d for d, i in enumerate(indices) if i is not None]
         self.rest = [d for d in range(x.rank) if d not in self.dims]
         tensors = [indices[d] for d in self.dims]
-        self.batch = _broadcast_shape(tensors)
+        self.batch = broadcast_shape(tensors)
         wrapped = []
         for d, t in zip(self.dims, tensors, strict=True):
             t = ops.cast(t, DType.int64)
