@@ -63,8 +63,9 @@ class _MojoOp:
 
     def split(
         self, args: Sequence[Any], kwargs: dict[str, Any]
-    ) -> tuple[list[Any], dict[str, Parameter]]:
-        """Tensor arguments in order, and the others as kernel parameters."""
+    ) -> tuple[inspect.BoundArguments, list[Any], dict[str, Parameter]]:
+        """The arguments bound to the signature, the tensors among them in
+        order, and the others as kernel parameters."""
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         tensors, parameters = [], {}
@@ -78,14 +79,14 @@ class _MojoOp:
                     f"{self.name}: argument {pname!r} is {type(value).__name__}; "
                     "a Mojo op takes tensors and bool/int/float/str parameters"
                 )
-        return tensors, parameters
+        return bound, tensors, parameters
 
     # -- eager ---------------------------------------------------------------
 
     def eager(self, *args: Any, **kwargs: Any) -> Any:
         from ..runtime.compiled_graph import _as_buffer
 
-        tensors, parameters = self.split(args, kwargs)
+        bound, tensors, parameters = self.split(args, kwargs)
         if not tensors:
             raise TypeError(f"{self.name}: a Mojo op needs at least one tensor input")
         device = tensors[0].device
@@ -95,15 +96,18 @@ class _MojoOp:
                     f"{self.name}: inputs on {device} and {t.device}; a Mojo op "
                     "runs on one device"
                 )
-        with torch.device("meta"):
-            metas = [torch.empty(t.shape, dtype=t.dtype) for t in tensors]
-            it = iter(metas)
-            meta_args = [next(it) if isinstance(a, torch.Tensor) else a for a in args]
-            meta_kwargs = {
-                k: next(it) if isinstance(v, torch.Tensor) else v
-                for k, v in kwargs.items()
-            }
-            described = self.describe(*meta_args, **meta_kwargs)
+        # The description runs on meta copies, argument by argument as bound.
+        meta = inspect.BoundArguments(
+            self.signature,
+            {
+                k: torch.empty(v.shape, dtype=v.dtype, device="meta")
+                if isinstance(v, torch.Tensor)
+                else v
+                for k, v in bound.arguments.items()
+            },
+        )
+        with torch.device("meta"):  # whatever else it allocates stays meta too
+            described = self.describe(*meta.args, **meta.kwargs)
         outputs = _outputs(described, self.name)
         key = (
             str(device),
@@ -146,7 +150,7 @@ class _MojoOp:
     # -- inside max_backend graphs ------------------------------------------------
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
-        values, parameters = self.split(args, kwargs)
+        _, values, parameters = self.split(args, kwargs)
         ctx = current()
         meta = ctx.out_meta
         outputs = _outputs(meta, self.name)
