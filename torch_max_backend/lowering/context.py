@@ -15,11 +15,15 @@ from dataclasses import dataclass
 import torch
 from max.graph import DeviceRef
 
+from .layout import ChannelsLastTwins
+
 
 @dataclass(frozen=True)
 class LoweringContext:
     node: torch.fx.Node
     device: DeviceRef
+    # The channels-last twins of the graph being built (see layout.py).
+    twins: ChannelsLastTwins
     # For ops over tensor lists (_foreach_*): the list element being built.
     element: int | None = None
 
@@ -52,8 +56,10 @@ def current() -> LoweringContext:
 
 
 @contextlib.contextmanager
-def lowering_node(node: torch.fx.Node, device: DeviceRef) -> Iterator[None]:
-    token = _CURRENT.set(LoweringContext(node, device))
+def lowering_node(
+    node: torch.fx.Node, device: DeviceRef, twins: ChannelsLastTwins
+) -> Iterator[None]:
+    token = _CURRENT.set(LoweringContext(node, device, twins))
     try:
         yield
     finally:
@@ -64,7 +70,7 @@ def lowering_node(node: torch.fx.Node, device: DeviceRef) -> Iterator[None]:
 def list_element(index: int) -> Iterator[None]:
     """Build element ``index`` of a list-valued node, with that element's meta."""
     ctx = current()
-    token = _CURRENT.set(LoweringContext(ctx.node, ctx.device, index))
+    token = _CURRENT.set(LoweringContext(ctx.node, ctx.device, ctx.twins, index))
     try:
         yield
     finally:

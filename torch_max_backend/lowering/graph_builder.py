@@ -28,6 +28,7 @@ from ..errors import (
 )
 from .context import lowering_node
 from .dtypes import supported_dtype, to_device_ref, to_max_dtype
+from .layout import ChannelsLastTwins, is_pointwise
 from .registry import (
     MAPPING_TORCH_ATEN_TO_MAX,
     LoweringFn,
@@ -218,6 +219,7 @@ class GraphBuilder:
         # sympy symbol -> (FX input index, dim), for symbolic sizes.
         self.symbols: dict[sympy.Symbol, tuple[int, int]] = {}
         self.values: dict[torch.fx.Node, Any] = {}
+        self.twins = ChannelsLastTwins()
 
     # -- inputs ---------------------------------------------------------------
 
@@ -347,9 +349,14 @@ class GraphBuilder:
         if fn is None:  # find_unsupported ran first; this guards direct use
             raise UnsupportedOpsError(find_unsupported([self.gm]))
         args, kwargs = self._arguments(node)
-        with lowering_node(node, self.device_ref):
+        with lowering_node(node, self.device_ref, self.twins):
             try:
-                result = fn(*args, **kwargs)
+                if is_pointwise(target):
+                    result = self.twins.run_channels_last(
+                        fn, args, kwargs, node.meta.get("val")
+                    )
+                else:
+                    result = fn(*args, **kwargs)
                 self._check_result(node, result)
             except MaxCompilerError:
                 raise

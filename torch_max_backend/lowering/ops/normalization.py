@@ -80,9 +80,15 @@ def batch_norm_inference(
     shift = ops.negate(ops.mul(running_mean, scale))
     if bias is not None:
         shift = ops.add(shift, bias)
-    out = ops.add(
-        ops.mul(input, _channel_view(scale, rank)), _channel_view(shift, rank)
-    )
+    twins = current().twins
+    twin = twins.twin(input)
+    if twin is not None:
+        # Channels last: the per-channel [C] vectors broadcast over the last dim.
+        out = twins.channels_first(ops.add(ops.mul(twin, scale), shift))
+    else:
+        out = ops.add(
+            ops.mul(input, _channel_view(scale, rank)), _channel_view(shift, rank)
+        )
     # In inference torch returns empty saved statistics.
     empty = ops.constant(np.zeros((0,), np.float32), input.dtype, device=input.device)
     return out, empty, empty

@@ -129,11 +129,12 @@ def constant(values: np.ndarray, dtype: DType) -> TensorValue:
 
 
 def _nhwc(x: TensorValue) -> TensorValue:
-    return ops.permute(x, [0, 2, 3, 1])
+    # The twin left by a previous conv, pooling or pointwise op, if any.
+    return current().twins.channels_last(x)
 
 
 def _nchw(x: TensorValue) -> TensorValue:
-    return ops.permute(x, [0, 3, 1, 2])
+    return current().twins.channels_first(x)
 
 
 def _batched(x: TensorValue) -> tuple[TensorValue, bool]:

@@ -1,0 +1,107 @@
+"""Conv-net activations stay channels-last between MAX ops (lowering/layout.py)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torch_max_backend import backend as backend_module
+from torch_max_backend import max_backend
+
+TO_LAST = "0, 2, 3, 1"
+TO_FIRST = "0, 3, 1, 2"
+
+
+def live_transposes(text: str) -> Counter[str]:
+    """Permutations of the transposes in a MAX graph's text whose result is read.
+
+    Unread ones are dead code that MAX's compiler drops.
+    """
+    perms = dict(re.findall(r"(%\d+) = mo\.constant <#M\.dense_array<([\d, ]+)>", text))
+    counts: Counter[str] = Counter()
+    for result, perm_name in re.findall(
+        r"(%\d+) = rmo\.mo\.transpose\(%\w+, (%\d+)\)", text
+    ):
+        if re.search(rf"{result}\b(?! =)", text.split(f"{result} = ", 1)[1]):
+            counts[perms[perm_name]] += 1
+    return counts
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(8)
+        self.scale = torch.nn.Parameter(torch.rand(8, 1, 1) + 0.5)
+        self.proj = torch.nn.Conv2d(8, 6, 1)
+        self.fc = torch.nn.Linear(6, 4)
+        for bn in (self.bn1, self.bn2):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+
+    def forward(
+        self, x: torch.Tensor, extra: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = F.max_pool2d(F.relu(self.bn1(self.stem(x))), 2)
+        # Residual add, a [C, 1, 1] broadcast operand, a Python scalar and a
+        # full-rank operand that was never channels-last.
+        h = F.relu(self.bn2(self.conv(h)) + h) * self.scale * 0.5 + extra
+        h = F.hardtanh(self.proj(F.avg_pool2d(h, 2)))
+        return self.fc(h.mean((2, 3))), h
+
+
+def test_conv_net_runs_channels_last_between_ops(max_calls, monkeypatch):
+    texts: list[str] = []
+    original = backend_module.build_graph
+
+    def recording(gm: torch.fx.GraphModule):
+        built = original(gm)
+        texts.append(str(built.graph))
+        return built
+
+    monkeypatch.setattr(backend_module, "build_graph", recording)
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    # The stem and the second conv run MAX's conv2d kernel; the projection,
+    # over 10x10 pixels, runs as a matmul in NCHW.
+    x, extra = torch.randn(2, 3, 40, 40), torch.randn(2, 8, 20, 20)
+    with torch.no_grad():
+        expected = model(x, extra)
+        compiled = torch.compile(
+            model, backend=max_backend, fullgraph=True, options={"strict": True}
+        )
+        got = compiled(x, extra)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert max_calls.count == 1
+    (text,) = texts
+    assert text.count("rmo.conv(") == 2
+    # In: the image and the operand that was never channels-last. Out: the
+    # average pooling's result, for the matmul convolution. Nothing between
+    # the convs, the batch norms, the poolings and the pointwise ops.
+    live = live_transposes(text)
+    assert live[TO_LAST] == 2, live
+    assert live[TO_FIRST] == 1, live
+
+
+@pytest.mark.parametrize("cut", [1, 2])
+def test_dead_permutes_are_reported_as_dead(cut):
+    text = (
+        "%1 = mo.constant <#M.dense_array<0, 2, 3, 1> : tensor<4xsi64>> : x\n"
+        "%2 = rmo.mo.transpose(%arg0, %1) : t\n"
+        "%3 = mo.constant <#M.dense_array<0, 3, 1, 2> : tensor<4xsi64>> : x\n"
+        "%4 = rmo.mo.transpose(%2, %3) : t\n"
+        "%5 = rmo.add(%2, %2) : t\n"
+    )
+    lines = text.splitlines()
+    if cut == 2:
+        lines.append("mo.output %4")
+    live = live_transposes("\n".join(lines))
+    assert live[TO_LAST] == 1
+    assert live[TO_FIRST] == (cut == 2)
