@@ -81,7 +81,9 @@ def _compile_max(
     start = time.perf_counter()
     model = None
     cached = True
-    if built.num_graph_outputs:
+    # A graph that returns nothing and writes nothing (its outputs are inputs,
+    # sizes or constants) needs no MAX model at all.
+    if built.num_graph_outputs or built.mutated:
         ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         label = f"graph {name} ({ops} ATen ops, {built.device})"
         try:

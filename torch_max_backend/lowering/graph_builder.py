@@ -15,7 +15,7 @@ from typing import Any
 
 import sympy
 import torch
-from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
+from max.graph import BufferType, DeviceRef, Graph, TensorType, TensorValue, ops
 from torch._ops import OpOverload
 
 from ..errors import (
@@ -91,8 +91,9 @@ class BuiltGraph:
     # or SEED.
     inputs: list[int | torch.Tensor | SeedInput]
     outputs: list[OutputSlot]
-    # (FX input index, MAX output index): write the output back into the input.
-    writebacks: list[tuple[int, int]] = field(default_factory=list)
+    # FX input indices the graph writes in place (MAX buffers): AOTAutograd's
+    # input mutations, such as an optimizer's parameter and momentum updates.
+    mutated: list[int] = field(default_factory=list)
     num_graph_outputs: int = 0
 
 
@@ -208,7 +209,7 @@ class GraphBuilder:
         self.device = _graph_device(gm)
         self.device_ref: DeviceRef = to_device_ref(self.device)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        self.input_types: list[TensorType] = []
+        self.input_types: list[TensorType | BufferType] = []
         self.inputs: list[int | torch.Tensor | SeedInput] = []
         self.seed_index: int | None = None
         # FX node -> MAX input number, for tensor placeholders and constants.
@@ -219,25 +220,37 @@ class GraphBuilder:
         # sympy symbol -> (FX input index, dim), for symbolic sizes.
         self.symbols: dict[sympy.Symbol, tuple[int, int]] = {}
         self.values: dict[torch.fx.Node, Any] = {}
+        # Tensor inputs the graph writes in place (planned in _plan_inputs).
+        self.mutated: list[torch.fx.Node] = []
         self.twins = ChannelsLastTwins()
 
     # -- inputs ---------------------------------------------------------------
 
     def _add_input(
-        self, source: int | torch.Tensor | SeedInput, meta: torch.Tensor, where: str
+        self,
+        source: int | torch.Tensor | SeedInput,
+        meta: torch.Tensor,
+        where: str,
+        mutable: bool = False,
     ) -> int:
         shape = [max_dim(s, where) for s in meta.shape]
-        self.input_types.append(
-            TensorType(to_max_dtype(meta.dtype), shape, self.device_ref)
-        )
+        kind = BufferType if mutable else TensorType
+        self.input_types.append(kind(to_max_dtype(meta.dtype), shape, self.device_ref))
         self.inputs.append(source)
         return len(self.inputs) - 1
 
     def _plan_inputs(self) -> None:
+        self.mutated = [
+            node
+            for node in self.placeholders
+            if any(_writes_input(user, node) for user in node.users)
+        ]
         for i, node in enumerate(self.placeholders):
             meta = node.meta.get("val")
             if isinstance(meta, torch.Tensor):
-                self.input_of[node] = self._add_input(i, meta, f"input {node.name}")
+                self.input_of[node] = self._add_input(
+                    i, meta, f"input {node.name}", mutable=node in self.mutated
+                )
                 for d, size in enumerate(meta.shape):
                     if isinstance(size, torch.SymInt) and isinstance(
                         size.node.expr, sympy.Symbol
@@ -367,7 +380,11 @@ class GraphBuilder:
     def _placeholder_value(self, node: torch.fx.Node) -> Any:
         meta = node.meta.get("val")
         if isinstance(meta, torch.Tensor):
-            return self.graph.inputs[self.input_of[node]].tensor
+            value = self.graph.inputs[self.input_of[node]]
+            if node in self.mutated:
+                # Read before any store: MAX orders buffer ops in graph order.
+                return ops.buffer_load(value.buffer)
+            return value.tensor
         if isinstance(meta, torch.SymInt):
             expr = meta.node.expr
             if expr in self.symbols:
@@ -426,7 +443,6 @@ class GraphBuilder:
         check_supported([self.gm])
         self._plan_inputs()
         self.graph = Graph(GRAPH_NAME, input_types=self.input_types)
-        writes: dict[int, TensorValue] = {}
         slots: list[OutputSlot] = []
         graph_outputs: list[Any] = []
         seen: dict[int, int] = {}
@@ -450,15 +466,12 @@ class GraphBuilder:
                             device=self.device_ref,
                         )
                 elif node.op == "call_function":
-                    if (
-                        node.target is torch.ops.aten.copy_.default
-                        and node.args[0] in self.input_of
-                        and node.args[0].op == "placeholder"
-                    ):
-                        # AOTAutograd's epilogue for a mutated input: compute the
-                        # new value in MAX, copy it into the user's tensor after.
+                    if _writes_input(node, node.args[0]):
+                        # AOTAutograd's epilogue for a mutated input: MAX stores
+                        # the new value into the user's tensor itself.
                         result = self._call(node)
-                        writes[self.placeholders.index(node.args[0])] = result
+                        buffer = self.graph.inputs[self.input_of[node.args[0]]]
+                        ops.buffer_store(buffer.buffer, result)
                         self.values[node] = result
                         continue
                     self.values[node] = self._call(node)
@@ -481,19 +494,27 @@ class GraphBuilder:
                             slots.append(self._output_slot(item, graph_outputs, seen))
                 elif node.op != "placeholder":
                     raise MaxCompilerError(f"unsupported FX node kind {node.op!r}")
-            writebacks = []
-            for index, value in writes.items():
-                writebacks.append((index, len(graph_outputs)))
-                graph_outputs.append(value)
             self.graph.output(*graph_outputs)
         return BuiltGraph(
             graph=self.graph,
             device=self.device,
             inputs=self.inputs,
             outputs=slots,
-            writebacks=writebacks,
+            mutated=[self.placeholders.index(n) for n in self.mutated],
             num_graph_outputs=len(graph_outputs),
         )
+
+
+def _writes_input(node: torch.fx.Node, target: Any) -> bool:
+    """Whether ``node`` is AOTAutograd's copy of a new value into the tensor input ``target``."""
+    return (
+        node.op == "call_function"
+        and node.target is torch.ops.aten.copy_.default
+        and node.args[0] is target
+        and isinstance(target, torch.fx.Node)
+        and target.op == "placeholder"
+        and isinstance(target.meta.get("val"), torch.Tensor)
+    )
 
 
 def build_graph(gm: torch.fx.GraphModule) -> BuiltGraph:

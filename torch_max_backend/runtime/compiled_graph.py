@@ -24,6 +24,7 @@ from .stats import compile_stats
 
 _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
+_bump_versions = torch.autograd.graph.increment_version
 
 # Output assembly codes, compared as small ints in the hot loop.
 _GRAPH, _INPUT, _DIM, _CONST = range(4)
@@ -57,7 +58,8 @@ class CompiledGraph:
         self._outputs: list[tuple[int, int, int, Any]] = [
             _slot_code(slot) for slot in built.outputs
         ]
-        self._writebacks = built.writebacks
+        # Inputs MAX writes in place; torch's version counters must see it.
+        self._mutated = built.mutated
         # Per tensor input: (weakref to the tensor last seen, its data pointer,
         # the MAX buffer wrapping it or None). Wrapping costs ~10 us, reuse
         # ~0.3 us. A buffer is kept only for tensors that persist across calls
@@ -107,12 +109,17 @@ class CompiledGraph:
 
     @no_type_check
     def __call__(self, args: list) -> list:
+        staged = self._stage_mutated(args) if self._mutated else None
         if self._execute is not None:
             results = [_to_torch(b) for b in self._execute(self._buffers(args))]
         else:
             results = []
-        for index, k in self._writebacks:
-            args[index].copy_(results[k])
+        if self._mutated:
+            if staged:
+                for index, original in staged:
+                    original.copy_(args[index])
+                    args[index] = original
+            _bump_versions([args[i] for i in self._mutated])
         outputs = []
         for code, index, dim, value in self._outputs:
             if code == _GRAPH:
@@ -125,6 +132,21 @@ class CompiledGraph:
                 outputs.append(value)
         args.clear()
         return outputs
+
+    def _stage_mutated(self, args: list) -> list[tuple[int, torch.Tensor]]:
+        """A contiguous stand-in for each mutated input that is not contiguous.
+
+        MAX writes a mutated input through the memory it was handed; a strided
+        tensor is handed as a contiguous copy, so that copy is written instead
+        and copied back after the call. Returns (index, original) pairs.
+        """
+        staged = []
+        for index in self._mutated:
+            tensor = args[index]
+            if not tensor.is_contiguous():
+                staged.append((index, tensor))
+                args[index] = tensor.contiguous()
+        return staged
 
 
 def _slot_code(slot: OutputSlot) -> tuple[int, int, int, Any]:
