@@ -479,11 +479,8 @@ class GraphBuilder:
                     items = node.args[0]
                     items = items if isinstance(items, (list, tuple)) else [items]
                     for item in items:
-                        if (
-                            isinstance(item, torch.fx.Node)
-                            and item.op == "call_function"
-                            and item.target is torch.ops.aten.copy_.default
-                            and item.args[0].op == "placeholder"
+                        if isinstance(item, torch.fx.Node) and _writes_input(
+                            item, item.args[0] if item.args else None
                         ):
                             slots.append(
                                 OutputSlot(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -30,15 +31,6 @@ def _covered(node: torch.fx.Node) -> str | None:
         if not all(isinstance(s, int) for s in (*input.shape[1:], *weight.shape)):
             return "transposed convolution with symbolic channel or spatial sizes"
     return None
-
-
-def _channels_last(x: TensorValue) -> TensorValue:
-    # The twin left by a previous conv, pooling or pointwise op, if any.
-    return current().twins.channels_last(x)
-
-
-def _channels_first(x: TensorValue) -> TensorValue:
-    return current().twins.channels_first(x)
 
 
 def _add_bias(out: TensorValue, bias: TensorValue | None) -> TensorValue:
@@ -98,24 +90,27 @@ def _matmul_pays(
 ) -> bool:
     """Whether a 2-d convolution runs faster as im2col and a matmul (CPU,
     where it was measured; GPUs keep MAX's conv kernel)."""
-    sizes = [static_size(d) for d in (*input.shape[1:], *weight.shape)]
+    sizes = [static_size(d) for d in (*input.shape[2:], *weight.shape)]
     if not current().device.is_cpu() or groups != 1 or None in sizes:
         return False
-    _, height, width, _, _, kh, kw = (int(s) for s in sizes if s is not None)
-    pixels = 1
-    for size, k, s, p, d in zip(
-        (height, width),
-        (kh, kw),
-        pair(stride, 1),
-        pair(padding, 0),
-        pair(dilation, 1),
-        strict=True,
-    ):
-        pixels *= (size + 2 * p - d * (k - 1) - 1) // s + 1
-    filter_size = 1
-    for d in weight.shape:
-        filter_size *= int(d)
-    return pixels <= _MATMUL_MAX_PIXELS or filter_size >= _MATMUL_MIN_FILTER
+    height, width, *filter_sizes = (int(s) for s in sizes if s is not None)
+    pixels = math.prod(
+        _out_size(*axis)
+        for axis in zip(
+            (height, width),
+            filter_sizes[2:],
+            pair(stride, 1),
+            pair(padding, 0),
+            pair(dilation, 1),
+            strict=True,
+        )
+    )
+    return pixels <= _MATMUL_MAX_PIXELS or math.prod(filter_sizes) >= _MATMUL_MIN_FILTER
+
+
+def _out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    """An output size of a convolution along one spatial axis (torch's formula)."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
 def _conv2d_as_matmul(
@@ -132,8 +127,8 @@ def _conv2d_as_matmul(
     out_channels, channels, kh, kw = (int(d) for d in weight.shape)
     height, width = int(input.shape[2]), int(input.shape[3])
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    out_h = _out_size(height, kh, sh, ph, dh)
+    out_w = _out_size(width, kw, sw, pw, dw)
     x = ops.pad(input, [0, 0, 0, 0, ph, ph, pw, pw]) if ph or pw else input
     windows = [
         x[
@@ -188,8 +183,9 @@ def convolution(
     elif weight.rank == 5:
         d = per_axis(padding, 3, 0)
         # NDHWC input and QRSCF filter, MAX's layouts for conv3d.
+        twins = current().twins  # channels-last values kept between ops
         out = ops.conv3d(
-            _channels_last(input),
+            twins.channels_last(input),
             ops.permute(weight, [2, 3, 4, 1, 0]),
             stride=per_axis(stride, 3, 1),
             dilation=per_axis(dilation, 3, 1),
@@ -199,7 +195,7 @@ def convolution(
             input_layout=ConvInputLayout.NHWC,
             filter_layout=FilterLayout.QRSCF,
         )
-        out = _channels_first(out)
+        out = twins.channels_first(out)
     elif _matmul_pays(input, weight, stride, padding, dilation, groups):
         out = _conv2d_as_matmul(
             input,
@@ -212,8 +208,9 @@ def convolution(
     else:
         pad_h, pad_w = pair(padding, 0)
         # NHWC input and RSCF filter: the layouts MAX's conv2d handles on every device.
+        twins = current().twins  # channels-last values kept between ops
         out = ops.conv2d(
-            _channels_last(input),
+            twins.channels_last(input),
             ops.permute(weight, [2, 3, 1, 0]),
             stride=pair(stride, 1),
             dilation=pair(dilation, 1),
@@ -223,5 +220,5 @@ def convolution(
             input_layout=ConvInputLayout.NHWC,
             filter_layout=FilterLayout.RSCF,
         )
-        out = _channels_first(out)
+        out = twins.channels_first(out)
     return ops.squeeze(out, 2) if one_d else out

@@ -128,15 +128,6 @@ def constant(values: np.ndarray, dtype: DType) -> TensorValue:
 # -- MAX's NHWC kernels ------------------------------------------------------------
 
 
-def _nhwc(x: TensorValue) -> TensorValue:
-    # The twin left by a previous conv, pooling or pointwise op, if any.
-    return current().twins.channels_last(x)
-
-
-def _nchw(x: TensorValue) -> TensorValue:
-    return current().twins.channels_first(x)
-
-
 def _batched(x: TensorValue) -> tuple[TensorValue, bool]:
     # torch also pools unbatched CHW tensors.
     return (ops.unsqueeze(x, 0), True) if x.rank == 3 else (x, False)
@@ -275,14 +266,15 @@ def max_pool2d_with_indices(
             padding=(pads[0], pads[1]),
         )
 
-    nhwc = _nhwc(x)
+    twins = current().twins  # channels-last values kept between ops
+    nhwc = twins.channels_last(x)
     out = pool(nhwc)
     if x.dtype.is_float():
         # MAX's kernel skips NaNs; torch's window is NaN if it holds one.
         has_nan = pool(ops.cast(ops.is_nan(nhwc), x.dtype))
         zero = ops.constant(0, x.dtype, current().device)
         out = ops.where(ops.greater(has_nan, zero), _nan(x.dtype), out)
-    out = _nchw(out)
+    out = twins.channels_first(out)
     if unbatched:
         out = ops.squeeze(out, 0)
     # Nothing reads the indices (checked above), so no value stands for them.
@@ -482,9 +474,10 @@ def avg_pool2d(
             out_spatial(2),
         )
     x, unbatched = _batched(self)
-    out = _nchw(
+    twins = current().twins  # channels-last values kept between ops
+    out = twins.channels_first(
         ops.avg_pool2d(
-            _nhwc(x),
+            twins.channels_last(x),
             (kernel[0], kernel[1]),
             stride=(strides[0], strides[1]),
             padding=(pads[0], pads[1]),
