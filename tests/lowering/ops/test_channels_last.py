@@ -69,7 +69,7 @@ def test_conv_net_runs_channels_last_between_ops(max_calls, monkeypatch):
     torch.manual_seed(0)
     model = ConvNet().eval()
     # The stem and the second conv run MAX's conv2d kernel; the projection,
-    # over 10x10 pixels, runs as a matmul in NCHW.
+    # over 10x10 pixels, runs as the shipped im2col kernel and a matmul.
     x, extra = torch.randn(2, 3, 40, 40), torch.randn(2, 8, 20, 20)
     with torch.no_grad():
         expected = model(x, extra)
@@ -82,12 +82,13 @@ def test_conv_net_runs_channels_last_between_ops(max_calls, monkeypatch):
     assert max_calls.count == 1
     (text,) = texts
     assert text.count("rmo.conv(") == 2
-    # In: the image and the operand that was never channels-last. Out: the
-    # average pooling's result, for the matmul convolution. Nothing between
-    # the convs, the batch norms, the poolings and the pointwise ops.
+    assert text.count('symbol = "torch_max_backend_im2col"') == 1
+    # In: the image and the operand that was never channels-last. Nothing
+    # between the convs, the batch norms, the poolings and the pointwise ops,
+    # and none out: im2col reads the average pooling's channels-last result.
     live = live_transposes(text)
     assert live[TO_LAST] == 2, live
-    assert live[TO_FIRST] == 1, live
+    assert live[TO_FIRST] == 0, live
 
 
 @pytest.mark.parametrize("cut", [1, 2])

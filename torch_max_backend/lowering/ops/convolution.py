@@ -6,9 +6,10 @@ import math
 from collections.abc import Sequence
 
 import torch
-from max.graph import TensorValue, ops
+from max.graph import TensorType, TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
+from ...kernels.library import SHIPPED, custom
 from ..context import current
 from ..registry import lowering
 from ..shapes import static_size
@@ -67,12 +68,12 @@ def _transposed(
 
 # Where MAX's direct conv2d kernel loses to a matmul (MAX 26.7, CPU, fp32,
 # ResNet-18's layers at 224x224, median ms of one layer, direct with the filter
-# permuted to RSCF in the graph / as a matmul / PyTorch):
-#   64->64 3x3 at 56x56:          1.03 / 3.45 / 1.07
-#   128->128 3x3 at 28x28:        1.11 / 2.32 / 1.06
-#   256->256 3x3 at 14x14:        3.62 / 2.06 / 1.11
-#   512->512 3x3 at 7x7:         15.71 / 2.14 / 1.62
-#   256->512 3x3 stride 2 to 7x7: 5.30 / 1.17 / 0.86
+# permuted to RSCF in the graph / im2col (Mojo kernel) and matmul / PyTorch):
+#   64->64 3x3 at 56x56:          1.03 / 1.91 / 1.02
+#   128->128 3x3 at 28x28:        1.11 / 1.35 / 0.93
+#   256->256 3x3 at 14x14:        3.62 / 1.34 / 1.04
+#   512->512 3x3 at 7x7:         15.71 / 1.91 / 1.62
+#   256->512 3x3 stride 2 to 7x7: 5.30 / 0.99 / 0.85
 # The direct kernel slows down as the feature map shrinks and the channels
 # grow, and permuting a large filter is itself slow (a 2.4M-element filter:
 # 7.5 ms). The matmul reads the filter as torch lays it out.
@@ -121,30 +122,38 @@ def _conv2d_as_matmul(
     padding: tuple[int, int],
     dilation: tuple[int, int],
 ) -> TensorValue:
-    """An ungrouped 2-d convolution in NCHW: the input's windows (im2col, one
-    strided slice per kernel offset) times the filter as a [O, C * kh * kw]
-    matrix, which is torch's OIHW layout as it is: nothing is permuted."""
+    """An ungrouped 2-d convolution in NCHW: the input's windows (im2col, a
+    shipped Mojo kernel) times the filter as a [O, C * kh * kw] matrix, which is
+    torch's OIHW layout as it is: the filter is not permuted."""
     out_channels, channels, kh, kw = (int(d) for d in weight.shape)
     height, width = int(input.shape[2]), int(input.shape[3])
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     out_h = _out_size(height, kh, sh, ph, dh)
     out_w = _out_size(width, kw, sw, pw, dw)
-    x = ops.pad(input, [0, 0, 0, 0, ph, ph, pw, pw]) if ph or pw else input
-    windows = [
-        x[
-            :,
-            :,
-            i * dh : i * dh + (out_h - 1) * sh + 1 : sh,
-            j * dw : j * dw + (out_w - 1) * sw + 1 : sw,
-        ]
-        for i in range(kh)
-        for j in range(kw)
-    ]
-    # [N, C, kh * kw, out_h, out_w] is [N, C * kh * kw, pixels] in the
-    # filter's (c, kh, kw) order.
-    cols = ops.stack(windows, axis=2) if len(windows) > 1 else windows[0]
+    # A channels-last twin is read as it is, instead of permuted back.
+    twin = current().twins.twin(input)
     n = input.shape[0]
-    cols = ops.reshape(cols, [n, channels * kh * kw, out_h * out_w])
+    device = current().device
+    (cols,) = custom(
+        SHIPPED,
+        "torch_max_backend_im2col",
+        [twin if twin is not None else input],
+        [TensorType(input.dtype, [n, channels * kh * kw, out_h * out_w], device)],
+        device,
+        parameters={
+            "channels_last": twin is not None,
+            "out_h": out_h,
+            "out_w": out_w,
+            "kh": kh,
+            "kw": kw,
+            "sh": sh,
+            "sw": sw,
+            "ph": ph,
+            "pw": pw,
+            "dh": dh,
+            "dw": dw,
+        },
+    )
     matrix = ops.reshape(weight, [1, out_channels, channels * kh * kw])
     out = ops.reshape(ops.matmul(matrix, cols), [n, out_channels, out_h, out_w])
     return _add_bias(out, bias)

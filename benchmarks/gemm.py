@@ -1,0 +1,193 @@
+"""MAX's and PyTorch's fp32 matmuls on the CPU, each measured in a process of its own.
+
+    python -m benchmarks.gemm [--runs 100]
+
+One fresh process times ``torch.nn.functional.linear`` and ``x @ w`` for the
+benchmark models' GEMM shapes; another times MAX graphs holding one matmul
+with the weight as PyTorch stores it: [N, K] read transposed (a Linear) and
+[K, N] read as it is (GPT-2's Conv1D). Separate processes matter: once MAX's
+CPU runtime has run, its worker threads busy-wait for more work (200 us by
+default) and slow PyTorch's own threads down; measured in one process,
+PyTorch's GEMMs look up to a third slower than they are. A third process
+alternates a MAX matmul and a PyTorch one, the pattern of a model whose
+MAX graphs are interleaved with PyTorch work, and reports what that costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from tabulate import tabulate
+
+# (M, K, N): MLP hidden layers; GPT-2's attention input, MLP up and down
+# projections at 128 tokens; its tied LM head.
+SHAPES = [
+    (64, 1024, 1024),
+    (128, 768, 2304),
+    (128, 768, 3072),
+    (128, 3072, 768),
+    (128, 768, 50257),
+]
+
+
+def _median_ms(call: Callable[[], object], runs: int) -> float:
+    for _ in range(5):
+        call()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def _torch_child(runs: int) -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+
+    figures = {}
+    for m, k, n in SHAPES:
+        x, w_nk, w_kn = torch.randn(m, k), torch.randn(n, k), torch.randn(k, n)
+        figures[f"{m}x{k}x{n}"] = {
+            "torch_linear": _median_ms(partial(F.linear, x, w_nk), runs),
+            "torch_kn": _median_ms(partial(torch.matmul, x, w_kn), runs),
+        }
+    return figures
+
+
+def _max_model(m: int, k: int, n: int, transposed: bool, name: str) -> Any:
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef, Graph, TensorType, ops
+
+    device = DeviceRef.CPU()
+    weight = [n, k] if transposed else [k, n]
+    types = [
+        TensorType(DType.float32, [m, k], device),
+        TensorType(DType.float32, weight, device),
+    ]
+    with Graph(name, input_types=types) as graph:
+        x, w = (v.tensor for v in graph.inputs)
+        graph.output(ops.matmul(x, ops.transpose(w, 0, 1) if transposed else w))
+    return InferenceSession(devices=[CPU()]).load(graph)
+
+
+def _max_child(runs: int) -> dict[str, Any]:
+    import torch
+    from max.driver import Buffer
+
+    figures = {}
+    for m, k, n in SHAPES:
+        row = {}
+        for transposed, key in ((True, "max_nk"), (False, "max_kn")):
+            model = _max_model(m, k, n, transposed, f"gemm_{key}_{m}_{k}_{n}")
+            weight = (n, k) if transposed else (k, n)
+            buffers = [
+                Buffer.from_dlpack(torch.randn(m, k)),
+                Buffer.from_dlpack(torch.randn(*weight)),
+            ]
+            row[key] = _median_ms(partial(model.execute, *buffers), runs)
+        figures[f"{m}x{k}x{n}"] = row
+    return figures
+
+
+def _alternating_child(runs: int) -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+    from max.driver import Buffer
+
+    m, k, n = SHAPES[0]
+    model = _max_model(m, k, n, True, f"gemm_max_nk_{m}_{k}_{n}")
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    buffers = [Buffer.from_dlpack(x), Buffer.from_dlpack(w)]
+
+    def both() -> None:
+        model.execute(*buffers)
+        F.linear(x, w)
+
+    return {
+        "shape": f"{m}x{k}x{n}",
+        "max_alone": _median_ms(lambda: model.execute(*buffers), runs),
+        "torch_after_max": _median_ms(lambda: F.linear(x, w), runs),
+        "alternating": _median_ms(both, runs),
+    }
+
+
+CHILDREN = {"torch": _torch_child, "max": _max_child, "alternating": _alternating_child}
+
+
+def _spawn(which: str, runs: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.gemm",
+            "--child",
+            which,
+            "--runs",
+            str(runs),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the {which} process failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(CHILDREN[args.child](args.runs)), flush=True)
+        return
+    torch_figures, max_figures = _spawn("torch", args.runs), _spawn("max", args.runs)
+    rows = []
+    for shape, t in torch_figures.items():
+        mx = max_figures[shape]
+        m, k, n = (int(s) for s in shape.split("x"))
+        gflop = 2 * m * k * n / 1e9
+        rows.append(
+            [
+                shape,
+                f"{t['torch_linear']:.3f}",
+                f"{mx['max_nk']:.3f}",
+                f"{t['torch_kn']:.3f}",
+                f"{mx['max_kn']:.3f}",
+                f"{gflop / t['torch_linear'] * 1e3:.0f} / {gflop / mx['max_nk'] * 1e3:.0f}",
+            ]
+        )
+    print(
+        tabulate(
+            rows,
+            headers=[
+                "M x K x N",
+                "torch linear ms",
+                "MAX [N,K] ms",
+                "torch x@W[K,N] ms",
+                "MAX [K,N] ms",
+                "GFLOP/s torch / MAX",
+            ],
+        )
+    )
+    alt = _spawn("alternating", args.runs)
+    print(
+        f"\n{alt['shape']}, one process: MAX alone {alt['max_alone']:.3f} ms, "
+        f"torch after MAX has run {alt['torch_after_max']:.3f} ms, the two "
+        f"alternating {alt['alternating']:.3f} ms per pair"
+    )
+
+
+if __name__ == "__main__":
+    main()
