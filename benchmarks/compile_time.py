@@ -24,14 +24,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
+
+from benchmarks.child import ChildFailed, child_json
 
 DEFAULT_MODELS = "mlp,resnet18,gpt2-2layer"
 
@@ -84,21 +84,17 @@ def _run(
         env["MODULAR_DERIVED_PATH"] = str(cache)
     else:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
-    command = [sys.executable, "-m", "benchmarks.compile_time", "--child"]
     start = time.perf_counter()
-    done = subprocess.run(
-        [*command, model, backend],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    if done.returncode != 0:
-        raise SystemExit(
-            f"{backend} on {model} failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
+    try:
+        figures = child_json(
+            ["-m", "benchmarks.compile_time", "--child", model, backend],
+            env=env,
+            timeout=timeout,
         )
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    except ChildFailed as e:
+        raise SystemExit(
+            f"{backend} on {model} failed (exit {e.returncode}):\n{e.stderr[-3000:]}"
+        ) from e
     figures["process_s"] = time.perf_counter() - start
     return figures
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from tabulate import tabulate
+
+from benchmarks.child import ChildFailed, child_json
 
 # (M, K, N): MLP hidden layers; GPT-2's attention input, MLP up and down
 # projections at 128 tokens; its tied LM head.
@@ -125,23 +125,12 @@ CHILDREN = {"torch": _torch_child, "max": _max_child, "alternating": _alternatin
 
 
 def _spawn(which: str, runs: int) -> dict[str, Any]:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.gemm",
-            "--child",
-            which,
-            "--runs",
-            str(runs),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the {which} process failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return child_json(
+            ["-m", "benchmarks.gemm", "--child", which, "--runs", str(runs)]
+        )
+    except ChildFailed as e:
+        raise SystemExit(f"the {which} process failed:\n{e.stderr[-3000:]}") from e
 
 
 def main() -> None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from tabulate import tabulate
+
+from benchmarks.child import child_json
 
 _OURS = """
 import json, sys, time
@@ -78,13 +78,7 @@ def _export_both(name: str, directory: Path) -> tuple[Path, Path, list[Path]]:
 def _time(script: str, package: Path, inputs: list[Path], runs: int) -> dict:
     samples = []
     for _ in range(runs):
-        done = subprocess.run(
-            [sys.executable, "-c", script, str(package), *map(str, inputs)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        samples.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        samples.append(child_json(["-c", script, str(package), *map(str, inputs)]))
     return {
         key: statistics.median(s[key] for s in samples)
         if key != "torch_imported"

@@ -31,6 +31,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks import cases, report
+from benchmarks.child import ChildFailed, child_json
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ("eager", "inductor", "max")
@@ -50,21 +51,13 @@ class CaseFailed(Exception):
 
 def _spawn(args: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.run", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=ROOT,
-        )
+        return child_json(["-m", "benchmarks.run", *args], env=env, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise CaseFailed(f"timed out after {timeout:.0f} s") from e
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
-        print(done.stderr[-3000:], file=sys.stderr)
-        raise CaseFailed(lines[-1][:200])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    except ChildFailed as e:
+        lines = e.stderr.strip().splitlines() or [f"exit {e.returncode}"]
+        print(e.stderr[-3000:], file=sys.stderr)
+        raise CaseFailed(lines[-1][:200]) from e
 
 
 def _cache_env(directory: Path | None) -> dict[str, str]:

@@ -1,0 +1,41 @@
+"""Benchmarks measure in fresh child processes; this runs one and reads its figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ChildFailed(Exception):
+    """A child process exited non-zero; ``stderr`` holds what it printed."""
+
+    def __init__(self, returncode: int, stderr: str) -> None:
+        self.returncode, self.stderr = returncode, stderr
+        super().__init__(f"exit {returncode}")
+
+
+def child_json(
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Run ``python *args`` from the repository root; the last line it prints,
+    which a child writes as JSON. Raises ChildFailed, or subprocess's
+    TimeoutExpired past ``timeout`` seconds."""
+    done = subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise ChildFailed(done.returncode, done.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1])
