@@ -8,7 +8,9 @@ so that the single-process reference in the test uses the very same ones.
 
 from __future__ import annotations
 
+import faulthandler
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -22,13 +24,22 @@ import ddp_case  # after the path set-up: this script runs outside the test pack
 from torch_max_backend import max_backend
 from torch_max_backend.runtime.compiled_graph import CompiledGraph
 
+# A rank that makes no progress prints every thread's stack and exits, so a
+# hang shows where it is instead of running into the test's own timeout.
+HANG_DEADLINE_S = 900
+# A collective waiting longer than this fails in gloo with the rank it waited
+# for; a cold-cache compile on the other rank takes minutes on 2 cores.
+COLLECTIVE_TIMEOUT_S = 600
+
 
 def main(rank: int, world: int, out_dir: Path) -> None:
+    faulthandler.dump_traceback_later(HANG_DEADLINE_S, exit=True)
     dist.init_process_group(
         "gloo",
         init_method=f"file://{out_dir / 'rendezvous'}",
         rank=rank,
         world_size=world,
+        timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),
     )
     calls = 0
     original = CompiledGraph.__call__
@@ -61,6 +72,7 @@ def main(rank: int, world: int, out_dir: Path) -> None:
         out_dir / f"rank{rank}.pt",
     )
     dist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":

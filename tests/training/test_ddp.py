@@ -23,6 +23,21 @@ WORLD = 2
 HERE = Path(__file__).parent
 
 
+# Longer than the workers' own hang deadline, which prints their stacks first.
+WORKER_TIMEOUT_S = 1000
+
+
+def _output(worker: subprocess.Popen) -> str:
+    try:
+        return worker.communicate(timeout=WORKER_TIMEOUT_S)[0]
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        log = worker.communicate()[0]
+        pytest.fail(
+            f"DDP rank made no progress in {WORKER_TIMEOUT_S} s:\n{log[-8000:]}"
+        )
+
+
 @pytest.mark.skipif(not dist.is_gloo_available(), reason="no gloo backend")
 def test_ddp_two_gloo_processes_match_single_process(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -42,7 +57,12 @@ def test_ddp_two_gloo_processes_match_single_process(tmp_path):
         )
         for r in range(WORLD)
     ]
-    logs = [w.communicate(timeout=1200)[0] for w in workers]
+    try:
+        logs = [_output(w) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
     for rank, (w, log) in enumerate(zip(workers, logs, strict=True)):
         assert w.returncode == 0, f"rank {rank} failed:\n{log[-4000:]}"
 
