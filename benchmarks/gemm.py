@@ -62,7 +62,11 @@ def _torch_child(runs: int) -> dict[str, Any]:
     return figures
 
 
-def _max_model(m: int, k: int, n: int, transposed: bool, name: str) -> Any:
+def _max_model(
+    m: int, k: int, n: int, transposed: bool, name: str, constant: Any = None
+) -> Any:
+    """A one-matmul MAX model; the weight is its second input, or ``constant``
+    (a numpy array) embedded in the graph, which MAX may repack when compiling."""
     from max.driver import CPU
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -70,12 +74,15 @@ def _max_model(m: int, k: int, n: int, transposed: bool, name: str) -> Any:
 
     device = DeviceRef.CPU()
     weight = [n, k] if transposed else [k, n]
-    types = [
-        TensorType(DType.float32, [m, k], device),
-        TensorType(DType.float32, weight, device),
-    ]
+    types = [TensorType(DType.float32, [m, k], device)]
+    if constant is None:
+        types.append(TensorType(DType.float32, weight, device))
     with Graph(name, input_types=types) as graph:
-        x, w = (v.tensor for v in graph.inputs)
+        x = graph.inputs[0].tensor
+        if constant is None:
+            w = graph.inputs[1].tensor
+        else:
+            w = ops.constant(constant, DType.float32, device)
         graph.output(ops.matmul(x, ops.transpose(w, 0, 1) if transposed else w))
     return InferenceSession(devices=[CPU()]).load(graph)
 
@@ -96,6 +103,20 @@ def _max_child(runs: int) -> dict[str, Any]:
             ]
             row[key] = _median_ms(partial(model.execute, *buffers), runs)
         figures[f"{m}x{k}x{n}"] = row
+    return figures
+
+
+def _constant_child(runs: int) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from max.driver import Buffer
+
+    figures = {}
+    for m, k, n in SHAPES[:2]:
+        weight = np.random.default_rng(0).standard_normal((n, k), dtype=np.float32)
+        model = _max_model(m, k, n, True, f"gemm_const_{m}_{k}_{n}", weight)
+        x = Buffer.from_dlpack(torch.randn(m, k))
+        figures[f"{m}x{k}x{n}"] = _median_ms(partial(model.execute, x), runs)
     return figures
 
 
@@ -121,7 +142,12 @@ def _alternating_child(runs: int) -> dict[str, Any]:
     }
 
 
-CHILDREN = {"torch": _torch_child, "max": _max_child, "alternating": _alternating_child}
+CHILDREN = {
+    "torch": _torch_child,
+    "max": _max_child,
+    "constant": _constant_child,
+    "alternating": _alternating_child,
+}
 
 
 def _spawn(which: str, runs: int) -> dict[str, Any]:
@@ -136,6 +162,12 @@ def _spawn(which: str, runs: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument(
+        "--constant",
+        action="store_true",
+        help="also time MAX with the weight a graph constant (first two shapes; "
+        "a cold compile takes about a minute per shape)",
+    )
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -170,6 +202,15 @@ def main() -> None:
             ],
         )
     )
+    if args.constant:
+        constant = _spawn("constant", args.runs)
+        print()
+        for shape, ms in constant.items():
+            print(
+                f"{shape}: MAX with a constant [N,K] weight {ms:.3f} ms "
+                f"(as an input {max_figures[shape]['max_nk']:.3f}, "
+                f"torch {torch_figures[shape]['torch_linear']:.3f})"
+            )
     alt = _spawn("alternating", args.runs)
     print(
         f"\n{alt['shape']}, one process: MAX alone {alt['max_alone']:.3f} ms, "
