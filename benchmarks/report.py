@@ -92,7 +92,8 @@ def table(rows: list[dict[str, Any]]) -> list[list[str]]:
 
 def targets(rows: list[dict[str, Any]], overhead: dict[str, float]) -> list[list[str]]:
     """Each target of the performance issue, measured or "-" when not run."""
-    ratio = overhead["graph_us"] / overhead["execute_us"]
+    # The median of paired per-round ratios where measured (call_overhead.py).
+    ratio = overhead.get("ratio", overhead["graph_us"] / overhead["execute_us"])
     lines = [
         [
             "per-call time / MAX execute (tiny graph)",

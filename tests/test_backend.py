@@ -166,3 +166,43 @@ def test_parameters_updated_in_place_are_seen_and_inputs_not_kept(max_calls):
     del fresh
     gc.collect()
     assert ref() is None, "a per-call input was kept alive by the compiled graph"
+
+
+def test_outputs_are_fresh_tensors_that_outlive_later_calls(monkeypatch):
+    # MAX's results go straight to torch (no assembly loop) when the graph
+    # returns them as they are, and through the slot loop when an output is a
+    # size expression; either way each call's tensors are its own.
+    from torch_max_backend.runtime.compiled_graph import CompiledGraph
+
+    graphs: list[CompiledGraph] = []
+    original = CompiledGraph.__init__
+
+    def remember(self: CompiledGraph, *args, **kwargs) -> None:
+        original(self, *args, **kwargs)
+        graphs.append(self)
+
+    monkeypatch.setattr(CompiledGraph, "__init__", remember)
+
+    @torch.compile(backend=max_backend, fullgraph=True)
+    def products(x, y):
+        return x * y, x - y
+
+    @torch.compile(backend=max_backend, fullgraph=True, dynamic=True)
+    def with_sizes(x):
+        return x * 3, x.shape[0] + 1, x.shape[0] // 2
+
+    x, y = torch.randn(5, 4), torch.randn(5, 4)
+    first = products(x, y)
+    second = products(y, x + 1)
+    torch.testing.assert_close(first[0], x * y)
+    torch.testing.assert_close(first[1], x - y)
+    torch.testing.assert_close(second[1], y - (x + 1))
+    assert first[1].data_ptr() != second[1].data_ptr()
+
+    # Sizes computed from the inputs at each call: one graph serves both.
+    for rows in (5, 8):
+        z = torch.randn(rows, 4)
+        tripled, plus_one, half = with_sizes(z)
+        torch.testing.assert_close(tripled, z * 3)
+        assert (plus_one, half) == (rows + 1, rows // 2)
+    assert [g._results_only for g in graphs] == [True, False]

@@ -17,6 +17,7 @@ import sympy
 import torch
 from max.graph import BufferType, DeviceRef, Graph, TensorType, TensorValue, ops
 from torch._ops import OpOverload
+from torch.utils._sympy.printers import PythonPrinter
 
 from ..errors import (
     LoweringError,
@@ -58,7 +59,9 @@ class OutputSlot:
     """Where one value returned by the FX graph comes from at run time.
 
     kind: "graph" (MAX output number ``index``), "input" (FX input ``index``
-    itself), "dim" (size ``dim`` of FX input ``index``) or "const" (``value``).
+    itself), "dim" (size ``dim`` of FX input ``index``), "expr" (``value`` is a
+    function of the FX inputs computing a size expression) or "const"
+    (``value``).
     """
 
     kind: str
@@ -405,6 +408,31 @@ class GraphBuilder:
 
     # -- outputs --------------------------------------------------------------
 
+    def _size_function(self, name: str, expr: sympy.Expr) -> Callable[[list], int]:
+        """A function of the FX inputs computing ``expr`` from their sizes.
+
+        A graph may return an expression of sizes (``s0 + 1``, ``s0 // 2``),
+        for the code after it or for the backward; it is evaluated in Python at
+        every call, which costs about a microsecond.
+        """
+        symbols = sorted(expr.free_symbols, key=str)
+        unknown = [str(s) for s in symbols if s not in self.symbols]
+        if unknown:
+            raise MaxCompilerError(
+                f"the graph returns the size expression {expr} ({name}), but "
+                f"{', '.join(unknown)} is not the size of any tensor input"
+            )
+        # sympy's Python printer writes the expression with Python's own
+        # operators (//, %, max), so it compiles to a plain lambda.
+        source = PythonPrinter().doprint(expr)
+        compute = eval(f"lambda {', '.join(map(str, symbols))}: {source}", {})
+        places = [self.symbols[s] for s in symbols]
+
+        def size(args: list) -> int:
+            return int(compute(*(args[j].shape[d] for j, d in places)))
+
+        return size
+
     def _output_slot(
         self, item: Any, graph_outputs: list[Any], seen: dict[int, int]
     ) -> OutputSlot:
@@ -422,10 +450,7 @@ class GraphBuilder:
             if expr in self.symbols:
                 j, d = self.symbols[expr]
                 return OutputSlot("dim", j, d)
-            raise MaxCompilerError(
-                f"the graph returns the size expression {expr}, which torch-max-backend "
-                "cannot compute yet"
-            )
+            return OutputSlot("expr", value=self._size_function(item.name, expr))
         value = self.values[item]
         if not isinstance(value, TensorValue):
             raise MaxCompilerError(
