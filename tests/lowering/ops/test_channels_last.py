@@ -106,3 +106,38 @@ def test_dead_permutes_are_reported_as_dead(cut):
     live = live_transposes("\n".join(lines))
     assert live[TO_LAST] == 1
     assert live[TO_FIRST] == (cut == 2)
+
+
+def test_dynamic_image_sizes_keep_the_im2col_kernel(max_calls, monkeypatch):
+    # One graph for every height and width: each conv picks MAX's kernel or
+    # im2col + matmul by the size it was traced with (20x18 = 360 pixels: MAX's
+    # kernel; 10x10 after the strided conv: im2col), and the im2col kernel
+    # takes its output size from the input's at run time.
+    texts: list[str] = []
+    original = backend_module.build_graph
+
+    def recording(gm: torch.fx.GraphModule):
+        built = original(gm)
+        texts.append(str(built.graph))
+        return built
+
+    monkeypatch.setattr(backend_module, "build_graph", recording)
+    torch.manual_seed(0)
+    first = torch.nn.Conv2d(3, 6, 3, padding=1)
+    strided = torch.nn.Conv2d(6, 5, 3, stride=2, padding=1, bias=False)
+    dilated = torch.nn.Conv2d(5, 4, (3, 2), padding=(2, 1), dilation=(2, 1))
+
+    def fn(x):
+        return dilated(F.relu(strided(F.relu(first(x)))))
+
+    compiled = torch.compile(
+        fn, backend=max_backend, dynamic=True, options={"strict": True}
+    )
+    with torch.no_grad():
+        for height, width in ((20, 18), (17, 23), (9, 12)):
+            x = torch.randn(2, 3, height, width)
+            torch.testing.assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-4)
+    assert max_calls.count == 3
+    (text,) = texts
+    assert text.count("rmo.conv(") == 1
+    assert text.count('symbol = "torch_max_backend_im2col"') == 2

@@ -1,8 +1,8 @@
 # im2col for convolutions run as a matmul on CPU: one pass over the input
 # writes every window. Built from MAX ops (a pad, one strided slice per kernel
-# offset, a stack) the same matrix took three times as long (256 channels at 14x14,
-# 3x3: 0.64 ms against 0.19 ms), and MAX's ops cannot read a channels-last input
-# into this channels-first order without a permute.
+# offset, a stack) the same matrix took three times as long (256 channels at
+# 14x14, 3x3: 0.64 ms against 0.19 ms), and MAX's ops cannot read a
+# channels-last input into this channels-first order without a permute.
 
 import extensibility
 from extensibility import InputTensor, OutputTensor
@@ -13,12 +13,15 @@ from std.utils.index import IndexList
 
 @extensibility.register("torch_max_backend_im2col")
 struct Im2col:
-    """The windows of a 2-d convolution's input as a [N, C * kh * kw, out_h * out_w]
-    matrix, rows in the (c, i, j) order of a [O, C, kh, kw] filter flattened to
-    [O, C * kh * kw]; zero where a window reaches into the padding.
+    """The windows of a 2-d convolution's input as an [N, C * kh * kw, out_h,
+    out_w] tensor, a matrix once the last two axes are merged: rows in the
+    (c, i, j) order of a [O, C, kh, kw] filter flattened to [O, C * kh * kw];
+    zero where a window reaches into the padding.
 
-    The input is N, C, H, W, or N, H, W, C when `channels_last` is set. CPU only:
-    the lowering uses MAX's own convolution kernel on GPUs.
+    The input is N, C, H, W, or N, H, W, C when `channels_last` is set. The
+    output size comes from the input's at run time (torch's formula), so one
+    compiled graph serves inputs of any height and width. CPU only: the
+    lowering uses MAX's own convolution kernel on GPUs.
     """
 
     @staticmethod
@@ -26,8 +29,6 @@ struct Im2col:
         dtype: DType,
         //,
         channels_last: Bool,
-        out_h: Int,
-        out_w: Int,
         kh: Int,
         kw: Int,
         sh: Int,
@@ -38,7 +39,7 @@ struct Im2col:
         dw: Int,
         target: StaticString,
     ](
-        output: OutputTensor[dtype=dtype, rank=3, ...],
+        output: OutputTensor[dtype=dtype, rank=4, ...],
         x: InputTensor[dtype=dtype, rank=4, ...],
         ctx: DeviceContext,
     ) raises:
@@ -47,6 +48,8 @@ struct Im2col:
         var channels = x.dim_size(3) if channels_last else x.dim_size(1)
         var height = x.dim_size(1) if channels_last else x.dim_size(2)
         var width = x.dim_size(2) if channels_last else x.dim_size(3)
+        var out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        var out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
 
         # One task per (image, channel): its kh * kw rows of the matrix.
         def rows_of(task: Int) {var}:
@@ -66,6 +69,6 @@ struct Im2col:
                                     v = x.load[1](IndexList[4](n, h, w, c))
                                 else:
                                     v = x.load[1](IndexList[4](n, c, h, w))
-                            output.store[1](IndexList[3](n, row, oh * out_w + ow), v)
+                            output.store[1](IndexList[4](n, row, oh, ow), v)
 
         parallelize(rows_of, batch * channels)

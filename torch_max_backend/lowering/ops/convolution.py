@@ -6,13 +6,13 @@ import math
 from collections.abc import Sequence
 
 import torch
-from max.graph import TensorType, TensorValue, ops
+from max.graph import Dim, TensorType, TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
 from ...kernels.library import SHIPPED, custom
 from ..context import current
 from ..registry import lowering
-from ..shapes import static_size
+from ..shapes import SizeLike, static_size
 from .transposed_conv import over_unit_height, pair, per_axis, transposed_conv2d
 
 aten = torch.ops.aten
@@ -81,36 +81,40 @@ _MATMUL_MAX_PIXELS = 16 * 16
 _MATMUL_MIN_FILTER = 1 << 20
 
 
-def _matmul_pays(
-    input: TensorValue,
-    weight: TensorValue,
-    stride: Sequence[int],
-    padding: Sequence[int],
-    dilation: Sequence[int],
-    groups: int,
-) -> bool:
+def _matmul_pays(weight: TensorValue, groups: int) -> bool:
     """Whether a 2-d convolution runs faster as im2col and a matmul (CPU,
-    where it was measured; GPUs keep MAX's conv kernel)."""
-    sizes = [static_size(d) for d in (*input.shape[2:], *weight.shape)]
-    if not current().device.is_cpu() or groups != 1 or None in sizes:
+    where it was measured; GPUs keep MAX's conv kernel).
+
+    The output's pixels are the size Dynamo traced with: a graph compiled for
+    dynamic heights and widths picks the kernel that suits its example, as
+    the first call is usually what later calls look like.
+    """
+    filter_sizes = [static_size(d) for d in weight.shape]
+    if not current().device.is_cpu() or groups != 1 or None in filter_sizes:
         return False
-    height, width, *filter_sizes = (int(s) for s in sizes if s is not None)
-    pixels = math.prod(
-        _out_size(*axis)
-        for axis in zip(
-            (height, width),
-            filter_sizes[2:],
-            pair(stride, 1),
-            pair(padding, 0),
-            pair(dilation, 1),
-            strict=True,
-        )
-    )
-    return pixels <= _MATMUL_MAX_PIXELS or math.prod(filter_sizes) >= _MATMUL_MIN_FILTER
+    if math.prod(int(s) for s in filter_sizes if s is not None) >= _MATMUL_MIN_FILTER:
+        return True
+    out = current().out_meta
+    assert isinstance(out, torch.Tensor)
+    hints = [_size_hint(s) for s in out.shape[2:]]
+    return None not in hints and math.prod(hints) <= _MATMUL_MAX_PIXELS
 
 
-def _out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
-    """An output size of a convolution along one spatial axis (torch's formula)."""
+def _size_hint(size: int | torch.SymInt) -> int | None:
+    """A size, or the example value a symbolic size was traced with."""
+    return size if isinstance(size, int) else size.node.hint
+
+
+def _size_like(dim: Dim) -> SizeLike:
+    size = static_size(dim)
+    return dim if size is None else size
+
+
+def _out_size(
+    size: SizeLike, kernel: int, stride: int, padding: int, dilation: int
+) -> SizeLike:
+    """An output size of a convolution along one spatial axis (torch's formula),
+    an expression of the input's when that is symbolic."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
@@ -126,24 +130,22 @@ def _conv2d_as_matmul(
     shipped Mojo kernel) times the filter as a [O, C * kh * kw] matrix, which is
     torch's OIHW layout as it is: the filter is not permuted."""
     out_channels, channels, kh, kw = (int(d) for d in weight.shape)
-    height, width = int(input.shape[2]), int(input.shape[3])
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    out_h = _out_size(height, kh, sh, ph, dh)
-    out_w = _out_size(width, kw, sw, pw, dw)
+    out_h = _out_size(_size_like(input.shape[2]), kh, sh, ph, dh)
+    out_w = _out_size(_size_like(input.shape[3]), kw, sw, pw, dw)
     # A channels-last twin is read as it is, instead of permuted back.
     twin = current().twins.twin(input)
     n = input.shape[0]
+    rows = channels * kh * kw
     device = current().device
     (cols,) = custom(
         SHIPPED,
         "torch_max_backend_im2col",
         [twin if twin is not None else input],
-        [TensorType(input.dtype, [n, channels * kh * kw, out_h * out_w], device)],
+        [TensorType(input.dtype, [n, rows, out_h, out_w], device)],
         device,
         parameters={
             "channels_last": twin is not None,
-            "out_h": out_h,
-            "out_w": out_w,
             "kh": kh,
             "kw": kw,
             "sh": sh,
@@ -154,8 +156,22 @@ def _conv2d_as_matmul(
             "dw": dw,
         },
     )
-    matrix = ops.reshape(weight, [1, out_channels, channels * kh * kw])
-    out = ops.reshape(ops.matmul(matrix, cols), [n, out_channels, out_h, out_w])
+    # With symbolic sizes, MAX cannot prove that splitting the matmul's
+    # out_h * out_w axis back into (out_h, out_w) is sound (it expands the
+    # product of the two expressions), so the output size is named by two
+    # fresh symbols, bound at run time, for the matmul and the split, then
+    # restated as the expressions the rest of the graph knows.
+    size: list[SizeLike] = [out_h, out_w]
+    symbolic = not all(isinstance(s, int) for s in size)
+    if symbolic:
+        name = current().node.name
+        size = [Dim(f"{name}_out_h"), Dim(f"{name}_out_w")]
+        cols = ops.rebind(cols, [n, rows, *size])
+    matrix = ops.reshape(weight, [1, out_channels, rows])
+    pixels = ops.reshape(cols, [n, rows, size[0] * size[1]])
+    out = ops.reshape(ops.matmul(matrix, pixels), [n, out_channels, *size])
+    if symbolic:
+        out = ops.rebind(out, [n, out_channels, out_h, out_w])
     return _add_bias(out, bias)
 
 
@@ -205,7 +221,7 @@ def convolution(
             filter_layout=FilterLayout.QRSCF,
         )
         out = twins.channels_first(out)
-    elif _matmul_pays(input, weight, stride, padding, dilation, groups):
+    elif _matmul_pays(weight, groups):
         out = _conv2d_as_matmul(
             input,
             weight,
