@@ -56,7 +56,9 @@ class ConvNet(torch.nn.Module):
         return self.fc(h.mean((2, 3))), h
 
 
-def test_conv_net_runs_channels_last_between_ops(max_calls, monkeypatch):
+@pytest.fixture
+def graph_texts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The text of every MAX graph built during the test, in order."""
     texts: list[str] = []
     original = backend_module.build_graph
 
@@ -66,6 +68,10 @@ def test_conv_net_runs_channels_last_between_ops(max_calls, monkeypatch):
         return built
 
     monkeypatch.setattr(backend_module, "build_graph", recording)
+    return texts
+
+
+def test_conv_net_runs_channels_last_between_ops(max_calls, graph_texts):
     torch.manual_seed(0)
     model = ConvNet().eval()
     # The stem and the second conv run MAX's conv2d kernel; the projection,
@@ -80,7 +86,7 @@ def test_conv_net_runs_channels_last_between_ops(max_calls, monkeypatch):
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     assert max_calls.count == 1
-    (text,) = texts
+    (text,) = graph_texts
     assert text.count("rmo.conv(") == 2
     assert text.count('symbol = "torch_max_backend_im2col"') == 1
     # In: the image and the operand that was never channels-last. Nothing
@@ -108,20 +114,11 @@ def test_dead_permutes_are_reported_as_dead(cut):
     assert live[TO_FIRST] == (cut == 2)
 
 
-def test_dynamic_image_sizes_keep_the_im2col_kernel(max_calls, monkeypatch):
+def test_dynamic_image_sizes_keep_the_im2col_kernel(max_calls, graph_texts):
     # One graph for every height and width: each conv picks MAX's kernel or
     # im2col + matmul by the size it was traced with (20x18 = 360 pixels: MAX's
     # kernel; 10x10 after the strided conv: im2col), and the im2col kernel
     # takes its output size from the input's at run time.
-    texts: list[str] = []
-    original = backend_module.build_graph
-
-    def recording(gm: torch.fx.GraphModule):
-        built = original(gm)
-        texts.append(str(built.graph))
-        return built
-
-    monkeypatch.setattr(backend_module, "build_graph", recording)
     torch.manual_seed(0)
     first = torch.nn.Conv2d(3, 6, 3, padding=1)
     strided = torch.nn.Conv2d(6, 5, 3, stride=2, padding=1, bias=False)
@@ -138,6 +135,6 @@ def test_dynamic_image_sizes_keep_the_im2col_kernel(max_calls, monkeypatch):
             x = torch.randn(2, 3, height, width)
             torch.testing.assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-4)
     assert max_calls.count == 3
-    (text,) = texts
+    (text,) = graph_texts
     assert text.count("rmo.conv(") == 1
     assert text.count('symbol = "torch_max_backend_im2col"') == 2
