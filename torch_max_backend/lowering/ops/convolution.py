@@ -89,12 +89,13 @@ def _matmul_pays(weight: TensorValue, groups: int) -> bool:
     dynamic heights and widths picks the kernel that suits its example, as
     the first call is usually what later calls look like.
     """
+    ctx = current()
     filter_sizes = [static_size(d) for d in weight.shape]
-    if not current().device.is_cpu() or groups != 1 or None in filter_sizes:
+    if not ctx.device.is_cpu() or groups != 1 or None in filter_sizes:
         return False
     if math.prod(int(s) for s in filter_sizes if s is not None) >= _MATMUL_MIN_FILTER:
         return True
-    out = current().out_meta
+    out = ctx.out_meta
     assert isinstance(out, torch.Tensor)
     hints = [_size_hint(s) for s in out.shape[2:]]
     return None not in hints and math.prod(hints) <= _MATMUL_MAX_PIXELS
@@ -133,11 +134,12 @@ def _conv2d_as_matmul(
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     out_h = _out_size(_size_like(input.shape[2]), kh, sh, ph, dh)
     out_w = _out_size(_size_like(input.shape[3]), kw, sw, pw, dw)
+    ctx = current()
     # A channels-last twin is read as it is, instead of permuted back.
-    twin = current().twins.twin(input)
+    twin = ctx.twins.twin(input)
     n = input.shape[0]
     rows = channels * kh * kw
-    device = current().device
+    device = ctx.device
     (cols,) = custom(
         SHIPPED,
         "torch_max_backend_im2col",
@@ -164,7 +166,7 @@ def _conv2d_as_matmul(
     size: list[SizeLike] = [out_h, out_w]
     symbolic = not all(isinstance(s, int) for s in size)
     if symbolic:
-        name = current().node.name
+        name = ctx.node.name
         size = [Dim(f"{name}_out_h"), Dim(f"{name}_out_w")]
         cols = ops.rebind(cols, [n, rows, *size])
     matrix = ops.reshape(weight, [1, out_channels, rows])
