@@ -84,8 +84,12 @@ def test_failing_lowering_names_node_and_op(monkeypatch):
         raise ValueError("deliberately broken")
 
     monkeypatch.setitem(MAPPING_TORCH_ATEN_TO_MAX._table, aten.tanh.default, broken)
+    # In default mode the node would run in PyTorch (tests/test_fallback.py).
+    strict = {"strict": True}
     with pytest.raises(LoweringError) as info:
-        torch.compile(lambda x: torch.tanh(x) + 1, backend=max_backend)(torch.randn(3))
+        torch.compile(lambda x: torch.tanh(x) + 1, backend=max_backend, options=strict)(
+            torch.randn(3)
+        )
     message = str(info.value)
     assert "aten.tanh.default" in message
     assert "deliberately broken" in message
@@ -103,7 +107,9 @@ def test_lowering_returning_wrong_dtype_is_caught(monkeypatch):
         lambda x: ops.cast(x, DType.float64),
     )
     with pytest.raises(LoweringError, match="dtype float64, expected float32"):
-        torch.compile(torch.tanh, backend=max_backend)(torch.randn(3))
+        torch.compile(torch.tanh, backend=max_backend, options={"strict": True})(
+            torch.randn(3)
+        )
 
 
 def test_mixed_devices_are_rejected_clearly():

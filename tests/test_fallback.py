@@ -100,6 +100,77 @@ def test_training_step_through_a_fallback_op_matches_eager(max_calls):
     assert max_calls.of("forward") >= 1 and max_calls.of("backward") >= 1
 
 
+def _broken_tanh(x):
+    raise RuntimeError("deliberately broken")
+
+
+def _rejected_tanh(x):
+    """Builds, but MAX's compiler rejects it: an arg reduction over a size-1 axis."""
+    from max.graph import ops
+
+    picked = ops.argmax(ops.unsqueeze(x, -1), axis=-1)
+    return ops.cast(ops.squeeze(picked, -1), x.dtype)
+
+
+def test_a_lowering_that_raises_runs_its_node_in_pytorch(max_calls, monkeypatch):
+    from torch_max_backend import (
+        MAPPING_TORCH_ATEN_TO_MAX,
+        compile_stats,
+        reset_compile_stats,
+    )
+
+    monkeypatch.setitem(
+        MAPPING_TORCH_ATEN_TO_MAX._table, torch.ops.aten.tanh.default, _broken_tanh
+    )
+    x = torch.randn(8, 16)
+    reset_compile_stats()
+    compiled = torch.compile(_chain, backend=max_backend)
+    with pytest.warns(FallbackWarning) as warned:
+        got = compiled(x)
+    torch.testing.assert_close(got, _chain(x))
+    assert len(warned) == 1
+    message = str(warned[0].message)
+    assert "aten.tanh.default x1 (its lowering failed at node tanh" in message
+    assert "Tensor(shape=[8, 16], dtype=torch.float32" in message
+    assert "RuntimeError: deliberately broken" in message
+    assert "1 block(s) run on MAX" in message
+    # Everything before tanh ran on MAX, as one graph: the failure was found
+    # by building, before anything was handed to MAX's compiler.
+    assert max_calls.of("inference") == 1
+    stats = compile_stats()
+    assert stats.max_compiles + stats.cache_hits == 1
+    # explain() reports the same placement.
+    from torch_max_backend import explain
+
+    (graph,) = explain(_chain, x).graphs
+    ops = {op.op: op for op in graph.ops}
+    assert not ops["aten.tanh.default"].on_max
+    assert "deliberately broken" in ops["aten.tanh.default"].reason
+    assert graph.max_blocks == [7]
+
+
+def test_a_graph_max_cannot_compile_runs_in_pytorch(max_calls, monkeypatch):
+    from torch_max_backend import MAPPING_TORCH_ATEN_TO_MAX, MaxCompilerError
+
+    monkeypatch.setitem(
+        MAPPING_TORCH_ATEN_TO_MAX._table, torch.ops.aten.tanh.default, _rejected_tanh
+    )
+    x = torch.randn(8, 16)
+    compiled = torch.compile(_chain, backend=max_backend)
+    with pytest.warns(FallbackWarning) as warned:
+        got = compiled(x)
+    torch.testing.assert_close(got, _chain(x))
+    assert len(warned) == 1
+    message = str(warned[0].message)
+    assert "graph inference_" in message and "runs in PyTorch" in message
+    assert "MAX failed to compile" in message
+    assert max_calls.count == 0
+    torch._dynamo.reset()
+    strict = torch.compile(_chain, backend=max_backend, options={"strict": True})
+    with pytest.raises(MaxCompilerError, match="MAX failed to compile graph"):
+        strict(x)
+
+
 def test_fallback_options_are_checked(monkeypatch):
     from torch_max_backend.settings import Settings
 

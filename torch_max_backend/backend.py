@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,10 +20,10 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .errors import MaxCompilerError
-from .fallback import needs_torch, split_and_compile
+from .fallback import FallbackWarning, Placement, needs_torch, settle, split_and_compile
 from .fallback import warn as warn_fallback
 from .lowering import ops as _ops  # noqa: F401  (registers the lowerings)
-from .lowering.graph_builder import build_graph, check_supported
+from .lowering.graph_builder import BuiltGraph, build_graph, check_supported
 from .lowering.registry import decomposition_table
 from .runtime.compiled_graph import CompiledGraph, GraphStats, ProfiledCompiledGraph
 from .runtime.progress import compile_progress, wanted
@@ -42,40 +43,85 @@ def compile_aten_graph(
 ) -> Callable[[list], list]:
     """Compile one ATen graph (forward, backward or inference) to a MAX callable.
 
-    A graph with ops MAX cannot run is split: its supported blocks run on MAX
-    and the rest in PyTorch, unless ``settings.strict`` asks for an error.
+    A graph with ops MAX cannot run, or whose lowering fails on some node, is
+    split: its supported blocks run on MAX and the rest in PyTorch. A graph
+    MAX's compiler rejects runs in PyTorch. ``settings.strict`` raises instead.
     """
     name = f"{kind}_{next(_graph_ids)}"
-    if needs_torch(gm, settings):
-        if settings.strict:
-            check_supported([gm])
-        if settings.verbose:
-            print(f"torch-max-backend: ATen graph {name} (to split):")
-            print(gm.print_readable(print_output=False))
-        split, report = split_and_compile(
-            gm,
-            settings,
-            name,
-            lambda block, block_name: _compile_max(block, settings, block_name),
-        )
-        warn_fallback(report, settings)
-        return make_boxed_func(split.forward)
-    return _compile_max(gm, settings, name)
-
-
-def _compile_max(
-    gm: torch.fx.GraphModule, settings: Settings, name: str
-) -> CompiledGraph:
-    """One ATen graph, every op of which MAX can run, as one MAX graph."""
+    placement = Placement(settings)
+    if settings.strict and needs_torch(gm, placement):
+        check_supported([gm])
     if settings.verbose:
         print(f"torch-max-backend: ATen graph {name}:")
         print(gm.print_readable(print_output=False))
-    # AOTAutograd calls compilers under its fake mode; constants and scalar
-    # inputs must be real tensors.
-    build_start = time.perf_counter()
-    with unset_fake_temporarily():
-        built = build_graph(gm)
-    record_stats(graphs_built=1, build_seconds=time.perf_counter() - build_start)
+    builds = _Builds()
+    try:
+        whole = settle(gm, placement, builds.build)
+    except MaxCompilerError as e:
+        if settings.strict:
+            raise
+        return _in_pytorch(gm, name, e)
+    if whole is None:
+        split, report = split_and_compile(
+            gm,
+            placement,
+            name,
+            lambda block, block_name: _compile_max(
+                block, builds.build(block), settings, block_name
+            ),
+        )
+        warn_fallback(report, settings)
+        return make_boxed_func(split.forward)
+    try:
+        return _compile_max(gm, whole, settings, name)
+    except MaxCompilerError as e:
+        if settings.strict:
+            raise
+        return _in_pytorch(gm, name, e)
+
+
+class _Builds:
+    """MAX graphs built for one ATen graph and its blocks, by structure.
+
+    Deciding where nodes run builds every block once; compiling a block then
+    takes its graph from here instead of building it again.
+    """
+
+    def __init__(self) -> None:
+        self._built: dict[tuple[tuple[str, str], ...], BuiltGraph] = {}
+
+    def build(self, gm: torch.fx.GraphModule) -> BuiltGraph:
+        key = tuple((n.op, n.name) for n in gm.graph.nodes)
+        built = self._built.get(key)
+        if built is None:
+            # AOTAutograd calls compilers under its fake mode; constants and
+            # scalar inputs must be real tensors.
+            start = time.perf_counter()
+            with unset_fake_temporarily():
+                built = build_graph(gm)
+            record_stats(graphs_built=1, build_seconds=time.perf_counter() - start)
+            self._built[key] = built
+        return built
+
+
+def _in_pytorch(
+    gm: torch.fx.GraphModule, name: str, error: MaxCompilerError
+) -> Callable[[list], list]:
+    """The whole ATen graph run by PyTorch, after MAX could not take it."""
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    warnings.warn(
+        f"torch-max-backend: graph {name} runs in PyTorch: {first_line} "
+        "Pass options={'strict': True} to raise instead.",
+        FallbackWarning,
+        stacklevel=2,
+    )
+    return make_boxed_func(gm.forward)
+
+
+def _compile_max(
+    gm: torch.fx.GraphModule, built: BuiltGraph, settings: Settings, name: str
+) -> CompiledGraph:
+    """One ATen graph, every op of which MAX can run, as one MAX graph."""
     if settings.verbose:
         print(f"torch-max-backend: MAX graph {name}:\n{built.graph}")
     start = time.perf_counter()

@@ -11,17 +11,19 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
 from tabulate import tabulate
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from .fallback import op_count, partitioner, torch_reason
+from .errors import MaxCompilerError
+from .fallback import Placement, op_count, partitioner, settle
 from .lowering import ops as _ops  # noqa: F401  (registers the lowerings)
-from .lowering.graph_builder import is_size_arithmetic
+from .lowering.graph_builder import build_graph, is_size_arithmetic
 from .lowering.registry import decomposition_table
 from .settings import Settings
 
@@ -110,6 +112,14 @@ class ExplainReport:
 def _graph_report(
     gm: torch.fx.GraphModule, name: str, settings: Settings
 ) -> GraphReport:
+    # Lowerings that raise are found by building the MAX graphs (not
+    # compiling them), as max_backend decides before it compiles.
+    placement = Placement(replace(settings, strict=False))
+    try:
+        with unset_fake_temporarily():
+            settle(gm, placement, build_graph)
+    except MaxCompilerError:
+        pass  # not one node's fault: max_backend would run the graph in PyTorch
     counts: Counter[str] = Counter()
     reasons: dict[str, str | None] = {}
     for node in gm.graph.nodes:
@@ -117,14 +127,16 @@ def _graph_report(
             continue
         key = str(node.target)
         counts[key] += 1
-        reason = torch_reason(node, settings)
+        reason = placement.reason(node)
         if reason is not None or key not in reasons:
             reasons[key] = reason
     ops = [
         OpReport(op, count, reasons[op] is None, reasons[op] or "")
         for op, count in sorted(counts.items())
     ]
-    blocks = [op_count(p.nodes) for p in partitioner(gm, settings).propose_partitions()]
+    blocks = [
+        op_count(p.nodes) for p in partitioner(gm, placement).propose_partitions()
+    ]
     return GraphReport(name, ops, [b for b in blocks if b], settings.min_block_size)
 
 

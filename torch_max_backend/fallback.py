@@ -5,10 +5,16 @@ maximal blocks that keep the graph acyclic; each block of at least
 ``min_block_size`` ops becomes one MAX graph, and every other op runs in
 PyTorch exactly as it would eagerly. Values cross the boundary as torch
 tensors through DLPack, so dtypes, devices and aliasing stay PyTorch's.
+
+A node runs in PyTorch when no lowering covers it, when ``torch_executed_ops``
+names it, or when its lowering raised while the graph was being built:
+``settle`` builds (cheap) before anything is compiled (20 s or more a graph),
+so a broken lowering costs a PyTorch op, not the user's model.
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -18,10 +24,14 @@ from typing import Any
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule, topo_sort
 
-from .errors import MaxCompilerError
+from .errors import LoweringError, MaxCompilerError, describe_value
+from .handoff import keep_eager_layouts
 from .lowering.graph_builder import is_size_arithmetic, why_unsupported
 from .settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 class FallbackWarning(UserWarning):
@@ -49,19 +59,67 @@ def torch_reason(node: torch.fx.Node, settings: Settings) -> str | None:
     return None
 
 
-def needs_torch(gm: torch.fx.GraphModule, settings: Settings) -> bool:
-    return any(torch_reason(n, settings) is not None for n in gm.graph.nodes)
+@dataclass
+class Placement:
+    """Where the nodes of one graph run: on MAX unless a reason says PyTorch."""
+
+    settings: Settings
+    # Node name -> why its lowering failed; such nodes run in PyTorch.
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def reason(self, node: torch.fx.Node) -> str | None:
+        """Why ``node`` must run in PyTorch, or None when MAX runs it."""
+        failure = self.failed.get(node.name)
+        if failure is not None and node.op == "call_function":
+            return failure
+        return torch_reason(node, self.settings)
+
+    def fail(self, gm: torch.fx.GraphModule, error: LoweringError) -> None:
+        """Move the node whose lowering raised ``error`` to PyTorch.
+
+        Other nodes of the same op with the same arguments (the layers of a
+        model) would fail the same way; they move too, which saves a build
+        per layer.
+        """
+        failed = error.node
+        cause = error.__cause__ or error
+        first_line = (str(cause).strip().splitlines() or [""])[0]
+        reason = (
+            f"its lowering failed at node {failed.name} "
+            f"({_arguments_text(failed)}): {type(cause).__name__}: {first_line}"
+        )
+        logger.info("graph node %s runs in PyTorch: %s", failed.name, reason)
+        signature = _signature(failed)
+        for node in gm.graph.nodes:
+            if node.name == failed.name or (
+                node.op == "call_function" and _signature(node) == signature
+            ):
+                self.failed[node.name] = reason
+
+
+def _arguments_text(node: torch.fx.Node) -> str:
+    args = [describe_value(a) for a in node.args]
+    args += [f"{k}={describe_value(v)}" for k, v in node.kwargs.items()]
+    return ", ".join(args)
+
+
+def _signature(node: torch.fx.Node) -> tuple[object, str]:
+    return node.target, _arguments_text(node)
+
+
+def needs_torch(gm: torch.fx.GraphModule, placement: Placement) -> bool:
+    return any(placement.reason(n) is not None for n in gm.graph.nodes)
 
 
 class _MaxSupport(OperatorSupportBase):
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, placement: Placement) -> None:
         super().__init__()
-        self.settings = settings
+        self.placement = placement
 
     def is_node_supported(
         self, submodules: dict[str, torch.nn.Module], node: torch.fx.Node
     ) -> bool:
-        return node.op == "call_function" and torch_reason(node, self.settings) is None
+        return node.op == "call_function" and self.placement.reason(node) is None
 
 
 def op_count(nodes: Any) -> int:
@@ -72,12 +130,60 @@ def op_count(nodes: Any) -> int:
 
 
 def partitioner(
-    gm: torch.fx.GraphModule, settings: Settings
+    gm: torch.fx.GraphModule, placement: Placement
 ) -> CapabilityBasedPartitioner:
     """The partitioner grouping the ops of ``gm`` that MAX runs into blocks."""
     return CapabilityBasedPartitioner(
-        gm, _MaxSupport(settings), allows_single_node_partition=True
+        gm, _MaxSupport(placement), allows_single_node_partition=True
     )
+
+
+def _max_partitions(
+    blocks: CapabilityBasedPartitioner, min_block_size: int
+) -> tuple[list[Partition], int]:
+    """The blocks that become MAX graphs, and how many were too small."""
+    partitions: list[Partition] = blocks.propose_partitions()
+    kept = [p for p in partitions if op_count(p.nodes) >= min_block_size]
+    sized = [p for p in partitions if op_count(p.nodes) > 0]
+    return kept, len(sized) - len(kept)
+
+
+def settle(
+    gm: torch.fx.GraphModule,
+    placement: Placement,
+    build: Callable[[torch.fx.GraphModule], Any],
+) -> Any:
+    """Build ``gm``, or each of its MAX blocks, until every build succeeds.
+
+    A node whose lowering raises moves to PyTorch (``placement.fail``) and the
+    blocks are formed again; in strict mode the ``LoweringError`` is raised.
+    Returns what ``build`` made of the whole graph when all of it runs on
+    MAX, else None (the blocks are built again when they are compiled:
+    building costs milliseconds, a MAX compile seconds).
+    """
+    while True:
+        try:
+            if not needs_torch(gm, placement):
+                return build(gm)
+            blocks = partitioner(gm, placement)
+            kept, _ = _max_partitions(blocks, placement.settings.min_block_size)
+            for partition in kept:
+                block, _, _ = fuse_as_graphmodule(
+                    gm, topo_sort(list(partition.nodes)), "trial_block"
+                )
+                try:
+                    build(block)
+                except LoweringError:
+                    raise
+                except MaxCompilerError:
+                    # Not one node's fault: compiling the block fails the
+                    # same way, and the block then runs in PyTorch.
+                    continue
+            return None
+        except LoweringError as e:
+            if placement.settings.strict or e.node.name in placement.failed:
+                raise
+            placement.fail(gm, e)
 
 
 @dataclass
@@ -130,7 +236,7 @@ def _returns_tuple(gm: torch.fx.GraphModule) -> bool:
 
 def split_and_compile(
     gm: torch.fx.GraphModule,
-    settings: Settings,
+    placement: Placement,
     name: str,
     compile_block: Callable[[torch.fx.GraphModule, str], Callable[[list], list]],
 ) -> tuple[torch.fx.GraphModule, SplitReport]:
@@ -139,17 +245,15 @@ def split_and_compile(
     ``compile_block(block, block_name)`` compiles one block; a block it refuses
     with ``MaxCompilerError`` runs in PyTorch and is named in the report.
     """
+    settings = placement.settings
     report = SplitReport(name)
-    blocks = partitioner(gm, settings)
-    partitions: list[Partition] = blocks.propose_partitions()
-    kept = [p for p in partitions if op_count(p.nodes) >= settings.min_block_size]
-    sized = [p for p in partitions if op_count(p.nodes) > 0]
-    report.small_blocks = len(sized) - len(kept)
+    blocks = partitioner(gm, placement)
+    kept, report.small_blocks = _max_partitions(blocks, settings.min_block_size)
     in_blocks = {n for p in kept for n in p.nodes}
     counts: Counter[str] = Counter()
     reasons: dict[str, str] = {}
     for node in gm.graph.nodes:
-        reason = torch_reason(node, settings)
+        reason = placement.reason(node)
         if reason is not None and node.op == "call_function":
             counts[str(node.target)] += 1
             reasons.setdefault(str(node.target), reason)
@@ -176,6 +280,7 @@ def split_and_compile(
             continue
         setattr(split, node.target, _MaxBlock(compiled, _returns_tuple(block)))
         report.max_blocks += 1
+    keep_eager_layouts(split)
     split.recompile()
     return split, report
 

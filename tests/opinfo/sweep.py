@@ -24,7 +24,10 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch_max_backend.lowering.coverage import core_overloads
 from torch_max_backend.lowering.graph_builder import build_graph
-from torch_max_backend.lowering.registry import decomposition_table
+from torch_max_backend.lowering.registry import (
+    MAPPING_TORCH_ATEN_TO_MAX,
+    decomposition_table,
+)
 
 # ATen ops whose results are random: compared by shape and dtype only.
 RANDOM_OPS = {
@@ -130,8 +133,11 @@ def _call(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 @functools.cache
 @quiet
-def all_cases(max_samples: int) -> tuple[Case, ...]:
-    """Every OpInfo entry with float32 samples, up to ``max_samples`` each."""
+def all_cases(
+    max_samples: int, names: frozenset[str] | None = None
+) -> tuple[Case, ...]:
+    """Every OpInfo entry with float32 samples, up to ``max_samples`` each
+    (only the entries ``names`` lists, when given)."""
     import torch.testing._internal.common_methods_invocations as opinfo
 
     # OpInfo runs random ops inside wrapper_set_seed, whose freeze_rng_state
@@ -142,6 +148,8 @@ def all_cases(max_samples: int) -> tuple[Case, ...]:
     cases = []
     for entry in opinfo.op_db:
         if torch.float32 not in entry.supported_dtypes("cpu"):
+            continue
+        if names is not None and case_name(entry) not in names:
             continue
         torch.manual_seed(0)
         samples = []
@@ -195,15 +203,20 @@ def _core_names() -> frozenset[str]:
     return frozenset(str(op) for op in core_overloads())
 
 
+def _lowered_names() -> frozenset[str]:
+    return frozenset(str(op) for op in MAPPING_TORCH_ATEN_TO_MAX)
+
+
 def maps_onto_core(case: Case) -> bool:
-    """Whether PyTorch's core decompositions turn the case into core ops only."""
+    """Whether PyTorch's core decompositions turn the case into core ops only,
+    or into ops that are not core but that we lower (as_strided_scatter)."""
     try:
         sample = case.samples[0]
         graphs = trace(sample.fn, sample.inputs(), core_aten_decompositions())
     except Exception:
         return False
     case.aten_ops = ops_of(graphs)
-    return bool(case.aten_ops) and case.aten_ops <= _core_names()
+    return bool(case.aten_ops) and case.aten_ops <= _core_names() | _lowered_names()
 
 
 def build_problem(case: Case) -> str | None:

@@ -374,9 +374,11 @@ class GraphBuilder:
                 else:
                     result = fn(*args, **kwargs)
                 self._check_result(node, result)
-            except MaxCompilerError:
+            except LoweringError:
                 raise
             except Exception as e:
+                # Whatever the lowering raised, the node is named: in default
+                # mode it then runs in PyTorch (fallback.settle).
                 raise LoweringError(node, e) from e
         return result
 

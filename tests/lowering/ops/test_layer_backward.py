@@ -107,6 +107,27 @@ def test_conv_and_norm_training_matches_eager(max_calls, aten_ops):
         assert op in aten_ops["backward"], op
 
 
+class WeightNormConv(torch.nn.Module):
+    """wav2vec2's positional convolution: a grouped Conv1d under weight_norm(dim=2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        conv = torch.nn.Conv1d(8, 8, kernel_size=5, padding=2, groups=2)
+        self.conv = torch.nn.utils.parametrizations.weight_norm(conv, dim=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.conv(x)).pow(2).mean()
+
+
+def test_weight_norm_training_matches_eager(max_calls, aten_ops):
+    torch.manual_seed(0)
+    _train_step(WeightNormConv(), torch.randn(2, 8, 16))
+    assert max_calls.of("forward") >= 1
+    assert max_calls.of("backward") >= 1
+    assert aten.linalg_vector_norm.default in aten_ops["forward"]
+    assert aten._weight_norm_interface_backward.default in aten_ops["backward"]
+
+
 class EmbeddingNet(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

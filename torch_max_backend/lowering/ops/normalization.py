@@ -12,6 +12,7 @@ from ..context import current
 from ..dtypes import accumulation_dtype, to_max_dtype
 from ..registry import lowering
 from ..scalars import as_tensor
+from ..shapes import empty_input, normalize_dim
 
 aten = torch.ops.aten
 
@@ -35,7 +36,7 @@ def _normalize_last(
     return ops.mul(centered, rstd), mean, rstd
 
 
-@lowering(aten.native_layer_norm.default)
+@lowering(aten.native_layer_norm.default, supports=empty_input)
 def native_layer_norm(
     input: TensorValue,
     normalized_shape: Sequence[int],
@@ -191,4 +192,35 @@ def batch_norm_legit_evaluation(
     # In evaluation mode nothing is mutated: the op is the inference form.
     return batch_norm_inference(
         input, weight, bias, running_mean, running_var, momentum, eps
+    )
+
+
+@lowering(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(
+    grad_w: TensorValue,
+    saved_v: TensorValue,
+    saved_g: TensorValue,
+    saved_norms: TensorValue,
+    dim: int,
+) -> tuple[TensorValue, TensorValue]:
+    """_weight_norm_interface_backward(Tensor grad_w, Tensor saved_v, Tensor saved_g, Tensor saved_norms, int dim) -> (Tensor, Tensor)"""
+    # w = g * v / |v|, the norm taken over every axis but ``dim``:
+    # dL/dg = <dL/dw, v> / |v| and dL/dv = g / |v| * (dL/dw - v <dL/dw, v> / |v|^2).
+    dtype = accumulation_dtype(saved_v.dtype)
+    v, grad, g, norms = (
+        ops.cast(t, dtype) for t in (saved_v, grad_w, saved_g, saved_norms)
+    )
+    keep = normalize_dim(dim, saved_v.rank)
+    dot = ops.mul(grad, v)
+    for axis in range(saved_v.rank):
+        if axis != keep:
+            dot = ops.sum(dot, axis)
+    grad_g = ops.div(dot, norms)
+    scale = ops.div(dot, ops.mul(norms, norms))
+    grad_v = ops.mul(ops.div(g, norms), ops.sub(grad, ops.mul(v, scale)))
+    meta = current().out_meta
+    assert isinstance(meta, (list, tuple))
+    return (
+        ops.cast(grad_v, to_max_dtype(meta[0].dtype)),
+        ops.cast(grad_g, to_max_dtype(meta[1].dtype)),
     )

@@ -16,7 +16,7 @@ from max.graph import TensorValue, ops
 
 from ..context import current
 from ..registry import lowering
-from ..shapes import SizeLike, normalize_dim, positions, static_size
+from ..shapes import SizeLike, empty_input, normalize_dim, positions, static_size
 
 aten = torch.ops.aten
 
@@ -35,7 +35,14 @@ def flip(self: TensorValue, dims: Sequence[int]) -> TensorValue:
     return x
 
 
-@lowering(aten.repeat.default)
+def _no_zero_repeat(node: torch.fx.Node) -> str | None:
+    """Every repeat count at least 1: MAX's tile makes no empty tensor."""
+    if any(isinstance(r, int) and r == 0 for r in node.args[1]):
+        return "repeat with a count of 0 (an empty result)"
+    return empty_input(node)
+
+
+@lowering(aten.repeat.default, supports=_no_zero_repeat)
 def repeat(self: TensorValue, repeats: Sequence[SizeLike]) -> TensorValue:
     """repeat(Tensor self, SymInt[] repeats) -> Tensor"""
     # Extra leading repeats add dims of size 1 first, as torch does.
@@ -73,19 +80,94 @@ def diagonal(
     return ops.gather(merged, index, axis=len(rest))
 
 
-def _dense_source(node: torch.fx.Node) -> str | None:
-    """A contiguous input with storage offset 0 and static sizes."""
+def _storage_order(meta: torch.Tensor) -> list[int] | None:
+    """The dims of ``meta`` from outermost to innermost in memory, when its
+    elements fill their stretch of storage densely without overlap (any
+    permutation of a contiguous layout); None otherwise."""
+    sizes, strides = list(meta.shape), list(meta.stride())
+    # Size-1 dims have arbitrary strides and no effect on the order.
+    order = sorted(range(len(sizes)), key=lambda d: -strides[d] if sizes[d] != 1 else 0)
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expected:
+            return None
+        expected *= sizes[d]
+    return order
+
+
+def _positions(
+    size: Sequence[int], stride: Sequence[int], storage_offset: int | None
+) -> np.ndarray:
+    """The storage position each element of an ``as_strided`` view reads."""
+    index = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
+    if not size:
+        return index
+    for d, (n, s) in enumerate(zip(size, stride, strict=True)):
+        shape = [1] * len(size)
+        shape[d] = n
+        index = index + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    return index
+
+
+def _view_of(
+    node: torch.fx.Node, scatter: bool
+) -> tuple[list[object], list[object], object]:
+    """(size, stride, storage_offset) as the node gives them (ints or nodes)."""
+    first = 2 if scatter else 1
+    args = list(node.args[first:]) + [None] * 3
+    offset = args[2] if len(node.args) > first + 2 else None
+    offset = node.kwargs.get("storage_offset", offset)
+    return list(args[0]), list(args[1]), offset
+
+
+def _strided_view(node: torch.fx.Node, scatter: bool) -> str | None:
+    """An ``as_strided`` view the graph value itself holds every element of.
+
+    Strides and offsets address the storage under the value: the value's own
+    layout (torch's meta says it) maps storage positions to its elements, and
+    a view reading storage outside them (another tensor's) cannot be built.
+    """
     meta = node.args[0].meta["val"]
     reason = _static_input(node)
     if reason:
         return reason
-    if not meta.is_contiguous() or meta.storage_offset() != 0:
-        # The strides then refer to storage this graph value does not own.
-        return "as_strided of a non-contiguous or offset tensor"
+    size, stride, offset = _view_of(node, scatter)
+    if not all(isinstance(v, int) for v in [*size, *stride, offset or 0]):
+        return f"{node.target} with symbolic sizes, strides or offset"
+    if _storage_order(meta) is None:
+        return f"{node.target} of a tensor with overlapping or gapped strides"
+    ints = [int(v) for v in size], [int(v) for v in stride], int(offset or 0)
+    positions = _positions(*ints) - meta.storage_offset()
+    if positions.size and (positions.min() < 0 or positions.max() >= meta.numel()):
+        return f"{node.target} reading storage outside its input's elements"
+    if scatter and np.unique(positions).size != positions.size:
+        return "as_strided_scatter writing one element twice (overlapping strides)"
     return None
 
 
-@lowering(aten.as_strided.default, supports=_dense_source)
+def _storage_image(x: TensorValue, order: list[int]) -> TensorValue:
+    """``x``'s elements in storage order, as a 1-d tensor."""
+    if order != list(range(x.rank)):
+        x = ops.permute(x, order)
+    return ops.reshape(x, [-1])
+
+
+def _index_constant(positions: np.ndarray | np.integer) -> TensorValue:
+    positions = np.asarray(positions)
+    return ops.constant(positions.reshape(-1), DType.int64, device=current().device)
+
+
+def _strided_read(node: torch.fx.Node) -> str | None:
+    """Static sizes; a dense input (any order of dims) and a view within its elements."""
+    return _strided_view(node, scatter=False)
+
+
+def _strided_write(node: torch.fx.Node) -> str | None:
+    """Static sizes; a dense input (any order of dims), a view within its elements, no element written twice."""
+    return _strided_view(node, scatter=True)
+
+
+@lowering(aten.as_strided.default, supports=_strided_read)
 def as_strided(
     self: TensorValue,
     size: Sequence[int],
@@ -93,15 +175,33 @@ def as_strided(
     storage_offset: int | None = None,
 ) -> TensorValue:
     """as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)"""
-    index = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
-    for d, (n, s) in enumerate(zip(size, stride, strict=True)):
-        shape = [1] * len(size)
-        shape[d] = n
-        index = index + (np.arange(n, dtype=np.int64) * s).reshape(shape)
-    flat = ops.reshape(self, [-1])
-    picked = ops.gather(
-        flat,
-        ops.constant(index.reshape(-1), DType.int64, device=current().device),
-        axis=0,
-    )
+    meta = current().node.args[0].meta["val"]
+    order = _storage_order(meta)
+    assert order is not None  # _strided_view
+    positions = _positions(size, stride, storage_offset) - meta.storage_offset()
+    image = _storage_image(self, order)
+    picked = ops.gather(image, _index_constant(positions), axis=0)
     return ops.reshape(picked, list(size))
+
+
+@lowering(aten.as_strided_scatter.default, supports=_strided_write)
+def as_strided_scatter(
+    self: TensorValue,
+    src: TensorValue,
+    size: Sequence[int],
+    stride: Sequence[int],
+    storage_offset: int | None = None,
+) -> TensorValue:
+    """as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor"""
+    meta = current().node.args[0].meta["val"]
+    order = _storage_order(meta)
+    assert order is not None  # _strided_view
+    positions = _positions(size, stride, storage_offset) - meta.storage_offset()
+    image = _storage_image(self, order)
+    if positions.size:
+        updates = ops.reshape(ops.cast(src, self.dtype), [-1])
+        image = ops.scatter(image, updates, _index_constant(positions), axis=0)
+    stored = ops.reshape(image, [self.shape[d] for d in order])
+    if order == list(range(self.rank)):
+        return stored
+    return ops.permute(stored, [order.index(d) for d in range(self.rank)])

@@ -17,7 +17,14 @@ from ..context import current
 from ..dtypes import to_torch_dtype
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
-from ..shapes import along, normalize_dim, positions, static_size
+from ..shapes import (
+    along,
+    broadcast_shape,
+    empty_input,
+    normalize_dim,
+    positions,
+    static_size,
+)
 
 aten = torch.ops.aten
 
@@ -32,7 +39,12 @@ def _fit(src: TensorValue, like: TensorValue) -> TensorValue:
     return src[tuple(slice(0, d) for d in like.shape)]
 
 
-@lowering(aten.gather.default)
+def _index_with_elements(node: torch.fx.Node) -> str | None:
+    """An index with at least one element."""
+    return empty_input(node, 2)
+
+
+@lowering(aten.gather.default, supports=_index_with_elements)
 def gather(
     self: TensorValue, dim: int, index: TensorValue, *, sparse_grad: bool = False
 ) -> TensorValue:
@@ -224,7 +236,9 @@ def masked_scatter(
     self: TensorValue, mask: TensorValue, source: TensorValue
 ) -> TensorValue:
     """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor"""
-    shape = list(self.shape)
+    # The result takes the broadcast shape of self and mask, as torch's does.
+    shape = broadcast_shape([self, mask])
+    self = ops.broadcast_to(self, shape)
     flat_mask = ops.reshape(ops.broadcast_to(mask, shape), [-1])
     # The k-th true position takes source's k-th element: a running count.
     taken = ops.cumsum(ops.cast(flat_mask, DType.int64), axis=0)

@@ -34,6 +34,8 @@ def view(self: TensorValue, size: Sequence[SizeLike]) -> TensorValue:
 @lowering(aten.permute.default)
 def permute(self: TensorValue, dims: Sequence[int]) -> TensorValue:
     """permute(Tensor(a) self, int[] dims) -> Tensor(a)"""
+    if self.rank == 0:
+        return self  # MAX's permute takes no empty order
     return ops.permute(self, [normalize_dim(d, self.rank) for d in dims])
 
 
