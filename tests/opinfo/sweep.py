@@ -306,3 +306,29 @@ def compare(
                 )
         at += n
     return mismatches
+
+
+def batch_mismatches(
+    cases: Sequence[Case],
+    tolerances: dict[str, tuple[float, float]],
+    default: tuple[float, float],
+) -> list[str]:
+    """Compile every sample of ``cases`` as one strict, full graph and compare
+    it with eager; one line per output that differs."""
+    from torch_max_backend import max_backend
+
+    fn, inputs, owners = batch_function(cases)
+    expected = fn(*[x.clone() for x in inputs])
+    # One graph per batch: a graph break would recompile the shared sample
+    # wrapper per case, turn on automatic dynamic shapes and hide cases in
+    # eager fallbacks.
+    compiled = torch.compile(
+        fn, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
+    got = compiled(*[x.clone() for x in inputs])
+    if len(got) != len(expected):
+        return [f"{len(got)} outputs, eager gives {len(expected)}"]
+    return [
+        f"{m.case} sample {m.sample}: {m.message}"
+        for m in compare(owners, cases, got, expected, tolerances, default)
+    ]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from torch_max_backend import UnsupportedOpsError, max_backend
+from torch_max_backend import UnsupportedOpsError
 from torch_max_backend.lowering.graph_builder import build_graph
 from torch_max_backend.lowering.registry import (
     MAPPING_TORCH_ATEN_TO_MAX,
@@ -32,11 +32,16 @@ from .expected import (
     NUMERIC_FAILURES,
     TOLERANCES,
 )
-from .sweep import Case, all_cases, batch_function, compare, trace
+from .sweep import Case, all_cases, batch_mismatches, trace
 from .test_opinfo_sweep import core_cases
 
 WIDE_SAMPLES = int(os.environ.get("TORCH_MAX_BACKEND_OPINFO_WIDE_SAMPLES", "12"))
-WIDE_BATCHES = 3
+# Compared with eager: this many samples past the first per case, in
+# WIDE_BATCHES graphs. MAX's compile time grows faster than a graph's size
+# (a graph of ~230 samples ran over 20 min), so the batches stay near the
+# main sweep's size.
+WIDE_COMPARED = 3
+WIDE_BATCHES = 6
 # Lowering modules (lowering/ops/<family>.py) whose cases get every sample.
 WIDE_FAMILIES = {"reduction", "shape", "rearrange", "scatter", "indexing"}
 # Cases left out, with the reason.
@@ -122,18 +127,9 @@ def test_every_sample_builds_or_is_refused():
 def test_wide_samples_match_eager(batch):
     built = outcomes().built
     cases = [
-        Case(c.name, [c.samples[i] for i in built[c.name]], c.aten_ops)
+        Case(c.name, [c.samples[i] for i in built[c.name][:WIDE_COMPARED]], c.aten_ops)
         for c in wide_cases()
         if built.get(c.name)
     ][batch::WIDE_BATCHES]
-    fn, inputs, owners = batch_function(cases)
-    expected = fn(*[x.clone() for x in inputs])
-    compiled = torch.compile(
-        fn, backend=max_backend, fullgraph=True, options={"strict": True}
-    )
-    got = compiled(*[x.clone() for x in inputs])
-    assert len(got) == len(expected)
-    mismatches = compare(owners, cases, got, expected, TOLERANCES, DEFAULT_TOLERANCE)
-    assert not mismatches, "\n".join(
-        f"{m.case} sample {m.sample}: {m.message}" for m in mismatches
-    )
+    mismatches = batch_mismatches(cases, TOLERANCES, DEFAULT_TOLERANCE)
+    assert not mismatches, "\n".join(mismatches)

@@ -145,11 +145,20 @@ def _strided_view(node: torch.fx.Node, scatter: bool) -> str | None:
     return None
 
 
-def _storage_image(x: TensorValue, order: list[int]) -> TensorValue:
-    """``x``'s elements in storage order, as a 1-d tensor."""
-    if order != list(range(x.rank)):
-        x = ops.permute(x, order)
-    return ops.reshape(x, [-1])
+def _storage_and_view(
+    x: TensorValue,
+    size: Sequence[int],
+    stride: Sequence[int],
+    storage_offset: int | None,
+) -> tuple[TensorValue, np.ndarray, list[int]]:
+    """``x``'s elements in storage order (1-d), the position in it of each
+    element of the view, and the storage order of ``x``'s dims."""
+    meta = current().node.args[0].meta["val"]
+    order = _storage_order(meta)
+    assert order is not None  # _strided_view
+    positions = _positions(size, stride, storage_offset) - meta.storage_offset()
+    image = ops.permute(x, order) if order != list(range(x.rank)) else x
+    return ops.reshape(image, [-1]), positions, order
 
 
 def _index_constant(positions: np.ndarray | np.integer) -> TensorValue:
@@ -175,11 +184,7 @@ def as_strided(
     storage_offset: int | None = None,
 ) -> TensorValue:
     """as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)"""
-    meta = current().node.args[0].meta["val"]
-    order = _storage_order(meta)
-    assert order is not None  # _strided_view
-    positions = _positions(size, stride, storage_offset) - meta.storage_offset()
-    image = _storage_image(self, order)
+    image, positions, _ = _storage_and_view(self, size, stride, storage_offset)
     picked = ops.gather(image, _index_constant(positions), axis=0)
     return ops.reshape(picked, list(size))
 
@@ -193,11 +198,7 @@ def as_strided_scatter(
     storage_offset: int | None = None,
 ) -> TensorValue:
     """as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor"""
-    meta = current().node.args[0].meta["val"]
-    order = _storage_order(meta)
-    assert order is not None  # _strided_view
-    positions = _positions(size, stride, storage_offset) - meta.storage_offset()
-    image = _storage_image(self, order)
+    image, positions, order = _storage_and_view(self, size, stride, storage_offset)
     if positions.size:
         updates = ops.reshape(ops.cast(src, self.dtype), [-1])
         image = ops.scatter(image, updates, _index_constant(positions), axis=0)
