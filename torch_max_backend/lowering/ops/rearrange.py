@@ -156,13 +156,15 @@ def _storage_and_view(
     meta = current().node.args[0].meta["val"]
     order = _storage_order(meta)
     assert order is not None  # _strided_view
-    positions = _positions(size, stride, storage_offset) - meta.storage_offset()
+    # np.asarray: a 0-d view's positions minus an int are a numpy scalar.
+    positions = np.asarray(
+        _positions(size, stride, storage_offset) - meta.storage_offset()
+    )
     image = ops.permute(x, order) if order != list(range(x.rank)) else x
     return ops.reshape(image, [-1]), positions, order
 
 
-def _index_constant(positions: np.ndarray | np.integer) -> TensorValue:
-    positions = np.asarray(positions)
+def _index_constant(positions: np.ndarray) -> TensorValue:
     return ops.constant(positions.reshape(-1), DType.int64, device=current().device)
 
 

@@ -131,6 +131,16 @@ def var(
         correction = 1
     if isinstance(correction, ScalarArg) or correction != 0:
         count = ops.sub(count, as_tensor(correction, x.dtype))
+        # No degrees of freedom left (one element, correction 1): torch divides
+        # by zero, giving nan (or inf for a non-zero sum); MAX's division
+        # gives 0 there, so the IEEE result is chosen explicitly.
+        zero = as_tensor(0, x.dtype)
+        undefined = ops.where(
+            ops.equal(total, zero),
+            as_tensor(math.nan, x.dtype),
+            as_tensor(math.inf, x.dtype),
+        )
+        return ops.where(ops.greater(count, zero), ops.div(total, count), undefined)
     return ops.div(total, count)
 
 
