@@ -19,7 +19,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from .errors import MaxCompilerError
+from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning, Placement, needs_torch, settle, split_and_compile
 from .fallback import warn as warn_fallback
 from .lowering import ops as _ops  # noqa: F401  (registers the lowerings)
@@ -108,9 +108,8 @@ def _in_pytorch(
     gm: torch.fx.GraphModule, name: str, error: MaxCompilerError
 ) -> Callable[[list], list]:
     """The whole ATen graph run by PyTorch, after MAX could not take it."""
-    first_line = (str(error).strip().splitlines() or [""])[0]
     warnings.warn(
-        f"torch-max-backend: graph {name} runs in PyTorch: {first_line} "
+        f"torch-max-backend: graph {name} runs in PyTorch: {first_line(error)} "
         "Pass options={'strict': True} to raise instead.",
         FallbackWarning,
         stacklevel=2,

@@ -45,6 +45,11 @@ def user_frame(node: torch.fx.Node) -> str | None:
     return None
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message: what a one-line warning quotes."""
+    return (str(error).strip().splitlines() or [""])[0]
+
+
 def op_schema(target: object) -> str:
     schema = getattr(target, "_schema", None)
     return str(schema) if schema is not None else str(target)

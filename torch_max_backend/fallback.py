@@ -26,7 +26,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule, topo_sort
 
-from .errors import LoweringError, MaxCompilerError, describe_value
+from .errors import LoweringError, MaxCompilerError, describe_value, first_line
 from .handoff import keep_eager_layouts
 from .lowering.graph_builder import is_size_arithmetic, why_unsupported
 from .settings import Settings
@@ -83,10 +83,10 @@ class Placement:
         """
         failed = error.node
         cause = error.__cause__ or error
-        first_line = (str(cause).strip().splitlines() or [""])[0]
         reason = (
             f"its lowering failed at node {failed.name} "
-            f"({_arguments_text(failed)}): {type(cause).__name__}: {first_line}"
+            f"({_arguments_text(failed)}): {type(cause).__name__}: "
+            f"{first_line(cause)}"
         )
         logger.info("graph node %s runs in PyTorch: %s", failed.name, reason)
         signature = _signature(failed)
@@ -158,8 +158,8 @@ def settle(
     A node whose lowering raises moves to PyTorch (``placement.fail``) and the
     blocks are formed again; in strict mode the ``LoweringError`` is raised.
     Returns what ``build`` made of the whole graph when all of it runs on
-    MAX, else None (the blocks are built again when they are compiled:
-    building costs milliseconds, a MAX compile seconds).
+    MAX, else None (the blocks are split off for good and compiled then;
+    ``build`` may keep what it made of them).
     """
     while True:
         try:
@@ -276,7 +276,7 @@ def split_and_compile(
         except MaxCompilerError as e:
             if settings.strict:
                 raise
-            report.failed_blocks.append(str(e).splitlines()[0])
+            report.failed_blocks.append(first_line(e))
             continue
         setattr(split, node.target, _MaxBlock(compiled, _returns_tuple(block)))
         report.max_blocks += 1
