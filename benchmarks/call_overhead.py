@@ -20,7 +20,7 @@ import time
 import torch
 
 from torch_max_backend import max_backend
-from torch_max_backend.runtime.compiled_graph import CompiledGraph, _as_buffer
+from torch_max_backend.runtime.compiled_graph import CompiledGraph, as_buffer
 
 
 def per_call_us(fn, runs: int) -> float:
@@ -63,7 +63,7 @@ def measure(params: int = 0, runs: int = 2000) -> dict[str, float]:
         CompiledGraph.__init__ = original
     graph = graphs[0]
     inputs = [x, y, *weights]
-    buffers = [_as_buffer(inputs[i]) if isinstance(i, int) else i for i in graph._plan]
+    buffers = [as_buffer(inputs[i]) if isinstance(i, int) else i for i in graph._plan]
     timed = {
         "eager_us": lambda: fn(x, y),
         "compiled_us": lambda: compiled(x, y),

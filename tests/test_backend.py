@@ -35,7 +35,7 @@ def test_scalars_are_graph_inputs_so_structure_is_shared(max_calls):
     # compiled artifact (one MAX compile), and each gives its own result.
     from torch_max_backend.runtime import session
 
-    before = len(session._MODELS)
+    before = len(session.MODELS)
 
     @torch.compile(backend=max_backend)
     def times_two(x, y):
@@ -48,7 +48,7 @@ def test_scalars_are_graph_inputs_so_structure_is_shared(max_calls):
     x, y = torch.randn(3, 4), torch.randn(3, 4)
     torch.testing.assert_close(times_two(x, y), x + y * 2)
     torch.testing.assert_close(times_three(x, y), x + y * 3.5)
-    assert len(session._MODELS) - before <= 1
+    assert len(session.MODELS) - before <= 1
     assert max_calls.count == 2
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from torch_max_backend import MAPPING_TORCH_ATEN_TO_MAX
-from torch_max_backend.lowering.coverage import KNOWN_GAPS, core_overloads, coverage
-from torch_max_backend.lowering.registry import decomposition_table
+from torch_max_backend.lower.coverage import KNOWN_GAPS, core_overloads, coverage
+from torch_max_backend.lower.registry import decomposition_table
 
 
 def test_core_opset_is_read_from_torchgen():

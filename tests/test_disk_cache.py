@@ -9,6 +9,7 @@ from max.engine.api import CompiledModel
 from max.graph import Graph
 
 from torch_max_backend.runtime import session
+from torch_max_backend.runtime.model_table import ModelTable
 
 COMPILED = CompiledModel.__new__(CompiledModel)
 GRAPH = Graph("empty", input_types=[])
@@ -95,7 +96,7 @@ def test_a_truncated_saved_graph_is_compiled_again(tmp_path, monkeypatch, max_ca
 
     def run_fresh() -> torch.Tensor:
         # As a new process would: nothing loaded, nothing traced.
-        monkeypatch.setattr(session, "_MODELS", {})
+        monkeypatch.setattr(session, "MODELS", ModelTable())
         torch._dynamo.reset()
         x, y = torch.randn(3, 4), torch.randn(3, 4)
         got = torch.compile(lambda a, b: a + b * 2, backend=max_backend)(x, y)

@@ -7,7 +7,7 @@ import torch
 from max.graph import ops
 
 from torch_max_backend import MAPPING_TORCH_ATEN_TO_MAX, lowering, max_backend
-from torch_max_backend.lowering.registry import decomposition_table
+from torch_max_backend.lower.registry import decomposition_table
 
 aten = torch.ops.aten
 
@@ -73,8 +73,32 @@ def test_every_lowering_documents_its_schemas():
     # One function may serve several overloads; its docstring then lists the
     # exact schema of each, one per line.
     for op, fn in MAPPING_TORCH_ATEN_TO_MAX.items():
-        if not fn.__module__.startswith("torch_max_backend.lowering"):
+        if not fn.__module__.startswith("torch_max_backend.lower"):
             continue  # registered by a test or an example (mojo_op), not ours
         lines = [line.strip() for line in (fn.__doc__ or "").strip().splitlines()]
         schema = str(op._schema).removeprefix("aten::")
         assert schema in lines, f"{op}: docstring lacks its schema {schema}"
+
+
+_OLD_PATHS = """
+import warnings
+warnings.simplefilter("error", DeprecationWarning)
+from torch_max_backend import lowering
+assert callable(lowering) and lowering.__module__ == "torch_max_backend.lower.registry"
+warnings.simplefilter("always", DeprecationWarning)
+with warnings.catch_warnings(record=True) as caught:
+    from torch_max_backend.lowering.registry import MAPPING_TORCH_ATEN_TO_MAX
+import torch_max_backend.lower.registry as registry
+assert MAPPING_TORCH_ATEN_TO_MAX is registry.MAPPING_TORCH_ATEN_TO_MAX
+messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+assert any("import torch_max_backend.lower.registry instead" in m for m in messages), messages
+import torch_max_backend
+assert callable(torch_max_backend.lowering)  # still registers lowerings
+"""
+
+
+def test_the_decorator_is_public_and_old_module_paths_still_import():
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", _OLD_PATHS], check=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from . import lowering_alias as _lowering_alias
 from .settings import beartype_enabled as _beartype_enabled
 
 if _beartype_enabled():
@@ -28,6 +29,10 @@ if _beartype_enabled():
         conf=BeartypeConf(violation_type=_InternalTypeError, is_pep484_tower=True)
     )
 
+# The old path of the lowering subpackage, deprecated (lowering_alias.py);
+# appended to the import system's finders, it serves nothing else.
+_lowering_alias.install()
+
 # Public name -> the module defining it.
 _EXPORTS = {
     "max_backend": ".backend",
@@ -37,8 +42,8 @@ _EXPORTS = {
     "ExplainReport": ".explain",
     "explain": ".explain",
     "FallbackWarning": ".fallback",
-    "MAPPING_TORCH_ATEN_TO_MAX": ".lowering.registry",
-    "lowering": ".lowering.registry",
+    "MAPPING_TORCH_ATEN_TO_MAX": ".lower.registry",
+    "lowering": ".lower.registry",
     "get_accelerators": ".runtime.devices",
     "CompileStats": ".runtime.stats",
     "compile_stats": ".runtime.stats",
@@ -58,9 +63,9 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'torch_max_backend' has no attribute {name!r}")
     if module not in (".aot.runner", ".runtime.stats"):
-        # The backend registers every lowering: the registry is complete
-        # whichever name is asked for first.
-        importlib.import_module(".backend", __name__)
+        # The registry is complete whichever name is asked for first, so a
+        # user's entry is never met by a family registering the same op.
+        importlib.import_module(".lower.families", __name__).register_families()
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value

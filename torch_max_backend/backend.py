@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,19 +19,24 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from . import logs
 from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning, Placement, needs_torch, settle, split_and_compile
 from .fallback import warn as warn_fallback
-from .lowering import ops as _ops  # noqa: F401  (registers the lowerings)
-from .lowering.graph_builder import BuiltGraph, build_graph, check_supported
-from .lowering.registry import decomposition_table
-from .runtime.compiled_graph import CompiledGraph, GraphStats, ProfiledCompiledGraph
+from .logs import show_on_stderr
+from .lower.builder import BuiltGraph, build_graph, check_supported
+from .lower.families import register_families
+from .lower.registry import decomposition_table
+from .runtime.compiled_graph import CompiledGraph
+from .runtime.profile import GraphStats, ProfiledCompiledGraph
 from .runtime.progress import compile_progress, wanted
 from .runtime.session import compile_graph
 from .runtime.stats import record as record_stats
 from .settings import Settings
 
 _graph_ids = itertools.count()
+_graphs_log = logs.get_logger("graphs")
+_compile_log = logs.get_logger("compile")
 
 
 def compile_aten_graph(
@@ -52,8 +57,13 @@ def compile_aten_graph(
     if settings.strict and needs_torch(gm, placement):
         check_supported([gm])
     if settings.verbose:
-        print(f"torch-max-backend: ATen graph {name}:")
-        print(gm.print_readable(print_output=False))
+        show_on_stderr("graphs", logging.DEBUG)
+    if _graphs_log.isEnabledFor(logging.DEBUG):
+        _graphs_log.debug(
+            "torch-max-backend: ATen graph %s:\n%s",
+            name,
+            gm.print_readable(print_output=False),
+        )
     builds = _Builds()
     try:
         whole = settle(gm, placement, builds.build)
@@ -108,10 +118,11 @@ def _in_pytorch(
     gm: torch.fx.GraphModule, name: str, error: MaxCompilerError
 ) -> Callable[[list], list]:
     """The whole ATen graph run by PyTorch, after MAX could not take it."""
-    warnings.warn(
+    logs.warn(
         f"torch-max-backend: graph {name} runs in PyTorch: {first_line(error)} "
         "Pass options={'strict': True} to raise instead.",
         FallbackWarning,
+        logger="fallback",
         stacklevel=2,
     )
     return make_boxed_func(gm.forward)
@@ -121,19 +132,22 @@ def _compile_max(
     gm: torch.fx.GraphModule, built: BuiltGraph, settings: Settings, name: str
 ) -> CompiledGraph:
     """One ATen graph, every op of which MAX can run, as one MAX graph."""
-    if settings.verbose:
-        print(f"torch-max-backend: MAX graph {name}:\n{built.graph}")
+    if _graphs_log.isEnabledFor(logging.DEBUG):
+        _graphs_log.debug("torch-max-backend: MAX graph %s:\n%s", name, built.graph)
     start = time.perf_counter()
     model = None
+    token = None
     cached = True
     # A graph that returns nothing and writes nothing (its outputs are inputs,
     # sizes or constants) needs no MAX model at all.
-    if built.num_graph_outputs or built.mutated:
+    if built.plan.num_graph_outputs or built.plan.mutated:
         ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         label = f"graph {name} ({ops} ATen ops, {built.device})"
         try:
             with compile_progress(label, enabled=wanted(settings.verbose)):
-                model, record = compile_graph(built.graph, built.device)
+                model, record, token = compile_graph(
+                    built.graph, built.device, keep=settings.max_cached_graphs
+                )
         except Exception as e:
             raise MaxCompilerError(
                 f"MAX failed to compile graph {name} ({len(gm.graph.nodes)} FX "
@@ -143,12 +157,24 @@ def _compile_max(
         cached = record.cached
     seconds = time.perf_counter() - start
     if settings.profile:
-        print(f"torch-max-backend: compiled {name} in {seconds:.2f}s")
-        stats = GraphStats(name, seconds, cached)
-        with unset_fake_temporarily():
-            return ProfiledCompiledGraph(name, model, built, stats)
+        show_on_stderr("compile", logging.INFO)
+        show_on_stderr("profile", logging.INFO)
+    _compile_log.info("torch-max-backend: compiled %s in %.2fs", name, seconds)
     with unset_fake_temporarily():
-        return CompiledGraph(name, model, built)
+        if settings.profile:
+            compiled: CompiledGraph = ProfiledCompiledGraph(
+                name,
+                model,
+                built.plan,
+                built.constants,
+                GraphStats(name, seconds, cached),
+                settings.max_cached_graphs,
+            )
+        else:
+            compiled = CompiledGraph(name, model, built.plan, built.constants)
+    # The model stays loaded while this compiled graph can still run it.
+    compiled.keeps_model = token
+    return compiled
 
 
 def _checked_partition(
@@ -179,6 +205,7 @@ def max_backend(
     ``torch.compile(model, backend=max_backend, options={"verbose": True})``;
     see ``Settings`` for the options and their environment variables.
     """
+    register_families()
     settings = Settings.resolve(options)
     compiler = functools.partial(compile_aten_graph, settings=settings)
     backend = aot_autograd(

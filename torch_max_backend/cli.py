@@ -19,10 +19,11 @@ from tabulate import tabulate
 
 def ops_markdown() -> str:
     """The coverage tables of docs/ops.md, generated from the live registry."""
-    from .lowering import ops as _ops  # importing it registers the lowerings
-    from .lowering.coverage import core_overloads, coverage
-    from .lowering.registry import MAPPING_TORCH_ATEN_TO_MAX
+    from .lower.coverage import core_overloads, coverage
+    from .lower.families import register_families
+    from .lower.registry import MAPPING_TORCH_ATEN_TO_MAX
 
+    register_families()
     rows = coverage()
     counts = collections.Counter(r.status for r in rows)
     core_table = tabulate(
@@ -34,7 +35,7 @@ def ops_markdown() -> str:
     extra: dict[str, list[str]] = collections.defaultdict(list)
     for op, fn in MAPPING_TORCH_ATEN_TO_MAX.items():
         # The package's own lowerings; not ops users registered (mojo_op too).
-        own = getattr(fn, "__module__", "").startswith(_ops.__name__)
+        own = getattr(fn, "__module__", "").startswith(f"{__package__}.lower.ops.")
         if op not in core and own:
             extra[fn.__module__.rsplit(".", 1)[-1]].append(str(op))
     extra_table = tabulate(
@@ -87,7 +88,7 @@ def _doctor() -> str:
 
 
 def _cache(clear: bool) -> str:
-    from .runtime.disk_cache import cache_parts, cache_root, clear_cache
+    from .storage.cache_dir import cache_parts, cache_root, clear_cache
 
     if clear:
         freed = clear_cache()

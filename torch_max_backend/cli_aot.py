@@ -178,7 +178,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.check:
             from max.driver import accelerator_count
 
-            from .runtime.disk_cache import max_version
+            from .storage.cache_dir import max_version
 
             report["max_version"] = max_version()
             report["accelerators"] = accelerator_count()

@@ -22,9 +22,9 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .errors import MaxCompilerError
 from .fallback import Placement, op_count, partitioner, settle
-from .lowering import ops as _ops  # noqa: F401  (registers the lowerings)
-from .lowering.graph_builder import build_graph, is_size_arithmetic
-from .lowering.registry import decomposition_table
+from .lower.builder import build_graph, is_size_arithmetic, strategy_of
+from .lower.families import register_families
+from .lower.registry import decomposition_table
 from .settings import Settings
 
 
@@ -34,6 +34,9 @@ class OpReport:
     count: int
     on_max: bool
     reason: str = ""
+    # For an op lowered by one of several strategies: how many of its nodes
+    # each strategy builds.
+    strategies: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,14 +87,22 @@ class ExplainReport:
         parts = []
         for graph in self.graphs:
             rows = [
-                [op.op, op.count, "MAX" if op.on_max else "PyTorch", op.reason]
+                [
+                    op.op,
+                    op.count,
+                    "MAX" if op.on_max else "PyTorch",
+                    ", ".join(f"{s} x{n}" for s, n in op.strategies.items()),
+                    op.reason,
+                ]
                 for op in graph.ops
             ]
             blocks = ", ".join(str(b) for b in graph.max_blocks) or "none"
             parts.append(
                 f"{graph.name}: {sum(op.count for op in graph.ops)} ATen ops, "
                 f"MAX blocks of {blocks} op(s)\n"
-                + tabulate(rows, headers=["op", "count", "runs on", "why not MAX"])
+                + tabulate(
+                    rows, headers=["op", "count", "runs on", "strategy", "why not MAX"]
+                )
             )
         if self.graph_breaks:
             parts.append(
@@ -122,6 +133,7 @@ def _graph_report(
         pass  # not one node's fault: max_backend would run the graph in PyTorch
     counts: Counter[str] = Counter()
     reasons: dict[str, str | None] = {}
+    strategies: dict[str, Counter[str]] = {}
     for node in gm.graph.nodes:
         if node.op != "call_function" or is_size_arithmetic(node):
             continue
@@ -130,8 +142,17 @@ def _graph_report(
         reason = placement.reason(node)
         if reason is not None or key not in reasons:
             reasons[key] = reason
+        strategy = strategy_of(node) if reason is None else None
+        if strategy is not None:
+            strategies.setdefault(key, Counter())[strategy] += 1
     ops = [
-        OpReport(op, count, reasons[op] is None, reasons[op] or "")
+        OpReport(
+            op,
+            count,
+            reasons[op] is None,
+            reasons[op] or "",
+            dict(strategies.get(op, {})),
+        )
         for op, count in sorted(counts.items())
     ]
     blocks = [
@@ -155,6 +176,7 @@ def explain(
     ``min_block_size``). ``print(report)`` shows the tables;
     ``report.as_dict()`` gives the same as data.
     """
+    register_families()
     settings = Settings.resolve(options)
     report = ExplainReport()
     ids = itertools.count()

@@ -15,7 +15,6 @@ so a broken lowering costs a PyTorch op, not the user's model.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,9 +25,10 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule, topo_sort
 
+from . import logs
 from .errors import LoweringError, MaxCompilerError, describe_value, first_line
 from .handoff import keep_eager_layouts
-from .lowering.graph_builder import is_size_arithmetic, why_unsupported
+from .lower.builder import is_size_arithmetic, why_unsupported
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -286,6 +286,9 @@ def split_and_compile(
 
 
 def warn(report: SplitReport, settings: Settings) -> None:
-    warnings.warn(
-        report.message(settings.min_block_size), FallbackWarning, stacklevel=2
+    logs.warn(
+        report.message(settings.min_block_size),
+        FallbackWarning,
+        logger="fallback",
+        stacklevel=2,
     )

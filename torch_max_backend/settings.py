@@ -63,6 +63,11 @@ class Settings:
         torch_executed_ops: ops to run in PyTorch even though MAX can, by
             name (``"aten.cumsum"``, ``"aten.cumsum.default"``) or as
             ``torch.ops.aten.cumsum`` objects.
+        max_cached_graphs: how many compiled MAX graphs the process keeps
+            loaded for reuse beyond those a live compiled function still
+            runs (least recently used go first), and how many entries the
+            compile log and the profile table keep. Process-wide: the
+            latest compile's value applies.
     """
 
     verbose: bool = False
@@ -70,6 +75,7 @@ class Settings:
     strict: bool = False
     min_block_size: int = 5
     torch_executed_ops: frozenset[str] = frozenset()
+    max_cached_graphs: int = 256
 
     # Environment variables for each field; the older PYTORCH_ spelling is kept.
     _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -78,6 +84,7 @@ class Settings:
         "strict": ("TORCH_MAX_BACKEND_STRICT",),
         "min_block_size": ("TORCH_MAX_BACKEND_MIN_BLOCK_SIZE",),
         "torch_executed_ops": ("TORCH_MAX_BACKEND_TORCH_EXECUTED_OPS",),
+        "max_cached_graphs": ("TORCH_MAX_BACKEND_MAX_CACHED_GRAPHS",),
     }
 
     @classmethod
@@ -99,7 +106,7 @@ class Settings:
                 )
             values[key] = _option(key, value)
         for key, names in cls._ENV.items():
-            if key == "min_block_size":
+            if key in _INT_OPTIONS:
                 number = _env_int(*names)
                 if number is not None:
                     values[key] = number
@@ -134,11 +141,14 @@ def op_name(op: object) -> str:
     )
 
 
+_INT_OPTIONS = ("min_block_size", "max_cached_graphs")
+
+
 def _option(key: str, value: object) -> object:
-    if key == "min_block_size":
+    if key in _INT_OPTIONS:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise TypeError(
-                f"torch-max-backend option 'min_block_size' must be an int >= 1, "
+                f"torch-max-backend option {key!r} must be an int >= 1, "
                 f"got {type(value).__name__} {value!r}"
             )
         return value

@@ -22,9 +22,9 @@ from torch._functorch.aot_autograd import aot_function
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from torch_max_backend.lowering.coverage import core_overloads
-from torch_max_backend.lowering.graph_builder import build_graph
-from torch_max_backend.lowering.registry import (
+from torch_max_backend.lower.builder import build_graph
+from torch_max_backend.lower.coverage import core_overloads
+from torch_max_backend.lower.registry import (
     MAPPING_TORCH_ATEN_TO_MAX,
     decomposition_table,
 )
@@ -85,6 +85,8 @@ class Case:
     name: str
     samples: list[Sample]
     aten_ops: set[str] = field(default_factory=set)
+    # The ATen ops of the graphs our build saw (with our decompositions).
+    built_ops: set[str] = field(default_factory=set)
     problem: str | None = None  # why the case cannot be compiled, if it can't
 
 
@@ -221,14 +223,14 @@ def maps_onto_core(case: Case) -> bool:
 
 def build_problem(case: Case) -> str | None:
     """Why our MAX graph cannot be built for a sample of the case, if it can't."""
+
+    def check(gm: torch.fx.GraphModule) -> None:
+        case.built_ops |= ops_of([gm])
+        build_graph(gm)
+
     for i, sample in enumerate(case.samples):
         try:
-            trace(
-                sample.fn,
-                sample.inputs(),
-                decomposition_table(),
-                check=lambda gm: build_graph(gm),
-            )
+            trace(sample.fn, sample.inputs(), decomposition_table(), check=check)
         except Exception as e:
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             return f"sample {i}: {type(e).__name__}: {' | '.join(lines[:3])[:400]}"

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import torch_max_backend.backend as backend_module
-from torch_max_backend.lowering.registry import decomposition_table
+from torch_max_backend.lower.registry import decomposition_table
 
 from .expected import (
     DEFAULT_TOLERANCE,

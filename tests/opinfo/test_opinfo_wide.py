@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from torch_max_backend import UnsupportedOpsError
-from torch_max_backend.lowering.graph_builder import build_graph
-from torch_max_backend.lowering.registry import (
+from torch_max_backend.lower.builder import build_graph
+from torch_max_backend.lower.registry import (
     MAPPING_TORCH_ATEN_TO_MAX,
     decomposition_table,
 )

@@ -18,11 +18,12 @@ import sympy
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
+from .. import plan as max_plan
 from ..errors import MaxCompilerError
-from ..lowering import ops as _ops  # noqa: F401  (registers the lowerings)
-from ..lowering.graph_builder import SEED, build_graph
-from ..lowering.registry import decomposition_table
-from ..runtime.disk_cache import max_version
+from ..lower.builder import build_graph
+from ..lower.families import register_families
+from ..lower.registry import decomposition_table
+from ..storage.cache_dir import max_version
 from .manifest import GRAPH, WEIGHTS, Manifest, TensorSpec
 
 _WEIGHT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -95,6 +96,7 @@ def export(
 
     if device not in ("cpu", "gpu"):
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    register_families()
     if device == "gpu" and accelerator_count() == 0:
         raise MaxCompilerError("export for gpu needs a MAX accelerator on this machine")
     model = model.eval()
@@ -114,7 +116,7 @@ def export(
     _drop_export_asserts(gm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     built = build_graph(gm)
-    if any(slot.kind != "graph" for slot in built.outputs):
+    if any(slot.kind is not max_plan.OutputKind.GRAPH for slot in built.plan.outputs):
         raise MaxCompilerError(
             "export needs every output computed by the graph (an output that "
             "is an input, a size or a constant is not supported)"
@@ -131,15 +133,15 @@ def export(
     inputs: list[TensorSpec] = [TensorSpec("", "", [])] * len(user_index)
     weights: dict[str, torch.Tensor] = {}
     order: list[str] = []
-    for j, source in enumerate(built.inputs):
-        if source is SEED:
+    for j, source in enumerate(built.plan.inputs):
+        if source.kind is max_plan.InputKind.SEED:
             raise MaxCompilerError("export does not support random ops yet")
-        if isinstance(source, torch.Tensor):
+        if source.kind is max_plan.InputKind.CONSTANT:
             name = f"__constant_{j}"
-            weights[name] = source
+            weights[name] = built.constants[source.index]
             order.append(f"weight:{name}")
             continue
-        node = placeholders[source]
+        node = placeholders[source.index]
         if node.name in user_index:
             k = user_index[node.name]
             inputs[k] = _spec(f"input_{k}", node.meta["val"])

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.disk_cache import max_version
+from ..storage.cache_dir import max_version
 from .manifest import GRAPH, WEIGHTS, Manifest, PackageError, TensorSpec
 
 

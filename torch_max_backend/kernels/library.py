@@ -31,7 +31,7 @@ from typing import Any
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 
 from ..errors import MaxCompilerError
-from ..runtime.disk_cache import ARTIFACTS, cache_root, max_version
+from ..storage.cache_dir import kernel_build_dir, max_version
 
 Parameter = bool | int | float | str
 
@@ -114,9 +114,7 @@ class MojoLibrary:
             digest = self.digest()
             if self._built is not None and self._built.parent.name == digest:
                 return self._built
-            out = (
-                cache_root() / ARTIFACTS / max_version() / "kernels" / digest
-            ) / f"{self.name}.mojoc"
+            out = kernel_build_dir(digest) / f"{self.name}.mojoc"
             if not out.is_file():
                 self._build(out)
             self._built = out

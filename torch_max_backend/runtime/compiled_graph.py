@@ -8,19 +8,15 @@ only wraps, executes and unwraps. It is exempt from runtime type checks.
 
 from __future__ import annotations
 
-import atexit
-import time
 import weakref
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, no_type_check
 
 import torch
 from max.driver import Buffer
 from max.engine import Model
-from tabulate import tabulate
 
-from ..lowering.graph_builder import SEED, BuiltGraph, OutputSlot
-from .stats import compile_stats
+from ..plan import GraphPlan, InputKind, OutputKind, OutputSlot, compile_size_expr
 
 _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
@@ -33,15 +29,30 @@ _bump_versions = torch.autograd.graph.increment_version
 # Output assembly codes, compared as small ints in the hot loop.
 _GRAPH, _INPUT, _DIM, _CONST, _EXPR = range(5)
 _CODES = {
-    "graph": _GRAPH,
-    "input": _INPUT,
-    "dim": _DIM,
-    "const": _CONST,
-    "expr": _EXPR,
+    OutputKind.GRAPH: _GRAPH,
+    OutputKind.INPUT: _INPUT,
+    OutputKind.DIM: _DIM,
+    OutputKind.CONST: _CONST,
+    OutputKind.EXPR: _EXPR,
 }
 
 
-def _as_buffer(tensor: torch.Tensor) -> Buffer:
+class _Seed:
+    """Marks the MAX input that takes a fresh random seed at every call.
+
+    The seed is drawn from torch's default generator, so ``torch.manual_seed``
+    makes MAX's random ops reproducible.
+    """
+
+    def __repr__(self) -> str:
+        return "<seed>"
+
+
+SEED = _Seed()
+
+
+def as_buffer(tensor: torch.Tensor) -> Buffer:
+    """A MAX buffer sharing ``tensor``'s memory (a contiguous copy if it is strided)."""
     if tensor.requires_grad:
         tensor = tensor.detach()
     if not tensor.is_contiguous():
@@ -52,7 +63,13 @@ def _as_buffer(tensor: torch.Tensor) -> Buffer:
 class CompiledGraph:
     """Runs one compiled MAX model with AOTAutograd's boxed calling convention."""
 
-    def __init__(self, name: str, model: Model | None, built: BuiltGraph) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: Model | None,
+        plan: GraphPlan,
+        constants: Sequence[torch.Tensor] = (),
+    ) -> None:
         # An instance attribute, not a class one: Dynamo's wrappers copy the
         # instance __dict__ and AOTAutograd looks for this flag on them.
         self._boxed_call = True
@@ -60,27 +77,22 @@ class CompiledGraph:
         self._execute = None if model is None else model._execute_device_tensors
         # Constants (graph attributes, lifted scalars) become MAX buffers once.
         self._plan: list[int | Buffer | object] = [
-            source if isinstance(source, int) or source is SEED else _as_buffer(source)
-            for source in built.inputs
+            _input_item(source.kind, source.index, constants) for source in plan.inputs
         ]
-        self._keep_alive = [s for s in built.inputs if isinstance(s, torch.Tensor)]
-        self._device = built.device
+        self._keep_alive = list(constants)
+        # Set by whoever loaded the model: keeps it in the process's model
+        # table while this graph (or a copy of its attributes) lives.
+        self.keeps_model: object = None
+        self._device = torch.device(plan.device)
         self._outputs: list[tuple[int, int, int, Any]] = [
-            _slot_code(slot) for slot in built.outputs
+            _slot_code(slot) for slot in plan.outputs
         ]
         # Inputs MAX writes in place; torch's version counters must see it.
-        self._mutated = built.mutated
-        self._on_cpu = built.device.type == "cpu"
+        self._mutated = list(plan.mutated)
+        self._on_cpu = self._device.type == "cpu"
         # The common case, MAX's results returned as they are, skips the
         # output assembly loop (~2 us a call).
-        self._results_only = (
-            not self._mutated
-            and len(self._outputs) == built.num_graph_outputs
-            and all(
-                code == _GRAPH and index == i
-                for i, (code, index, _, _) in enumerate(self._outputs)
-            )
-        )
+        self._results_only = plan.results_only
         # Per tensor input: (weakref to the tensor last seen, its data pointer,
         # the MAX buffer wrapping it or None). Wrapping costs ~10 us, reuse
         # ~0.3 us. A buffer is kept only for tensors that persist across calls
@@ -118,7 +130,7 @@ class CompiledGraph:
                 persistent = True  # second call in a row with this tensor
             else:
                 persistent = tensor.__class__ is torch.nn.Parameter
-            buffer = _as_buffer(tensor)
+            buffer = as_buffer(tensor)
             if tensor.is_contiguous():
                 seen[slot] = (
                     weakref.ref(tensor),
@@ -182,68 +194,21 @@ class CompiledGraph:
         return staged
 
 
+def _input_item(
+    kind: InputKind, index: int, constants: Sequence[torch.Tensor]
+) -> int | Buffer | object:
+    """What the hot loop reads for one MAX input: an FX input's index, a
+    constant's buffer, or SEED."""
+    if kind is InputKind.FX_INPUT:
+        return index
+    if kind is InputKind.CONSTANT:
+        return as_buffer(constants[index])
+    return SEED
+
+
 def _slot_code(slot: OutputSlot) -> tuple[int, int, int, Any]:
-    return (_CODES[slot.kind], slot.index, slot.dim, slot.value)
-
-
-@dataclass
-class GraphStats:
-    name: str
-    compile_seconds: float
-    compile_cached: bool
-    calls: int = 0
-    run_seconds: float = 0.0
-
-
-PROFILE: list[GraphStats] = []
-
-
-class ProfiledCompiledGraph(CompiledGraph):
-    """A CompiledGraph that also times each call, for TORCH_MAX_BACKEND_PROFILE."""
-
-    def __init__(
-        self, name: str, model: Model | None, built: BuiltGraph, stats: GraphStats
-    ) -> None:
-        super().__init__(name, model, built)
-        self.stats = stats
-        if not PROFILE:
-            atexit.register(print_profile)
-        PROFILE.append(stats)
-
-    @no_type_check
-    def __call__(self, args: list) -> list:
-        start = time.perf_counter()
-        outputs = super().__call__(args)
-        self.stats.run_seconds += time.perf_counter() - start
-        self.stats.calls += 1
-        return outputs
-
-
-def profile_table() -> str:
-    rows = [
-        [
-            s.name,
-            f"{s.compile_seconds:.2f}" + (" (cached)" if s.compile_cached else ""),
-            s.calls,
-            f"{s.run_seconds * 1e3:.3f}",
-            f"{s.run_seconds / s.calls * 1e6:.1f}" if s.calls else "-",
-        ]
-        for s in PROFILE
-    ]
-    return tabulate(
-        rows,
-        headers=["graph", "compile s", "calls", "run total ms", "run mean us"],
-    )
-
-
-def print_profile() -> None:
-    if PROFILE:
-        s = compile_stats()
-        print(
-            "torch-max-backend profile:\n"
-            + profile_table()
-            + f"\n{s.graphs_built} graph(s) built in {s.build_seconds:.2f}s; "
-            f"{s.max_compiles} MAX compile(s) in {s.compile_seconds:.2f}s "
-            f"({s.disk_cache_hits} from MAX's disk cache); "
-            f"{s.cache_hits} in-process cache hit(s)"
-        )
+    value = slot.value
+    if slot.kind is OutputKind.EXPR:
+        assert slot.expr is not None
+        value = compile_size_expr(slot.expr)
+    return (_CODES[slot.kind], slot.index, slot.dim, value)

@@ -2,7 +2,7 @@
 
 A structure seen before in this process costs nothing to "compile" again (an
 in-process table); one compiled by an earlier process is read back from the
-artifact we saved (runtime/artifacts.py), else MAX's compiler answers from its
+artifact we saved (storage/artifacts.py), else MAX's compiler answers from its
 own disk cache.
 """
 
@@ -13,7 +13,6 @@ import hashlib
 import re
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,15 +21,18 @@ from max.engine import InferenceSession, Model
 from max.engine.api import CompiledModel
 from max.graph import Graph
 
+from .. import logs
+from ..storage.artifacts import artifact_path, read_artifact, write_artifact
+from ..storage.cache_dir import cache_root
 from . import stats
-from .artifacts import artifact_path, read_artifact, write_artifact
 from .devices import max_device
-from .disk_cache import cache_root
+from .model_table import BoundedLog, Hold, ModelTable
 
 
 @dataclass
 class CompileRecord:
-    key: str
+    # (graph key, device): the model table's key; see ``hold``.
+    key: tuple[str, str]
     seconds: float
     cached: bool  # found loaded in this process
     from_disk: bool = False  # loaded from MAX's disk cache, not compiled
@@ -39,8 +41,9 @@ class CompileRecord:
 
 
 _LOCK = threading.Lock()
-_MODELS: dict[tuple[str, str], Model] = {}
-COMPILE_LOG: list[CompileRecord] = []
+# (graph key, device) -> loaded model; bounded (model_table.py).
+MODELS: ModelTable[Model] = ModelTable()
+COMPILE_LOG: BoundedLog[CompileRecord] = BoundedLog()
 
 
 @functools.cache
@@ -84,10 +87,11 @@ def _compile_healing_cache(session: InferenceSession, graph: Graph) -> CompiledM
         path = _corrupt_cache_file(e)
         if path is None:
             raise
-        warnings.warn(
+        logs.warn(
             f"torch-max-backend: MAX's cache entry {path} is corrupt; "
             "removing it and compiling the graph again",
             RuntimeWarning,
+            logger="cache",
             stacklevel=2,
         )
         path.unlink(missing_ok=True)
@@ -122,22 +126,35 @@ def _load(
     return session.init(compiled), from_disk
 
 
-def compile_graph(graph: Graph, device: torch.device) -> tuple[Model, CompileRecord]:
-    """The loaded MAX model of ``graph``, compiled at most once per process."""
+def compile_graph(
+    graph: Graph, device: torch.device, *, keep: int | None = None
+) -> tuple[Model, CompileRecord, Hold]:
+    """The loaded MAX model of ``graph``, compiled at most once per process
+    while it stays in the table of ``keep`` most recently used models.
+
+    The ``Hold`` keeps the model in that table while it lives: the caller
+    keeps it as long as it may run the model.
+    """
     text = str(graph)  # a few ms for a large graph: once per compile
     key = graph_key(text)
     cache_key = (key, str(device))
     start = time.perf_counter()
     from_disk = False
     with _LOCK:  # MAX serializes compiles anyway; this also guards the table
-        model = _MODELS.get(cache_key)
+        if keep is not None:
+            MODELS.resize(keep)
+            COMPILE_LOG.resize(keep)
+        model = MODELS.get(cache_key)
         cached = model is not None
         if model is None:
             model, from_disk = _load(session_for(device), graph, text, str(device))
-            _MODELS[cache_key] = model
+            MODELS.put(cache_key, model, held=True)
+            token = MODELS.hold(cache_key, already_counted=True)
+        else:
+            token = MODELS.hold(cache_key)
     libraries = tuple(str(p) for p in graph.kernel_libraries_paths)
     record = CompileRecord(
-        key, time.perf_counter() - start, cached, from_disk, libraries
+        cache_key, time.perf_counter() - start, cached, from_disk, libraries
     )
     COMPILE_LOG.append(record)
     if cached:
@@ -149,4 +166,4 @@ def compile_graph(graph: Graph, device: torch.device) -> tuple[Model, CompileRec
             kernel_graphs=int(bool(libraries)),
             compile_seconds=record.seconds,
         )
-    return model, record
+    return model, record, token

@@ -1,0 +1,47 @@
+"""Reductions over one, several and all dims, with and without keepdim."""
+
+from __future__ import annotations
+
+import torch
+
+from .family_check import check_family
+from .helpers import check_against_eager
+
+
+def test_reductions(max_calls):
+    def fn(x, i):
+        return (
+            x.sum(),
+            x.sum(1),
+            x.sum((0, 2), keepdim=True),
+            i.sum(-1),  # int sums stay integral (int64)
+            x.mean(),
+            x.mean(-1, keepdim=True),
+            x.amax(1),
+            x.amin((0, 1)),
+            x.var(1),
+            x.var(-1, correction=0, keepdim=True),
+            (x > 0).any(-1),
+            (x > 3).any(),
+            torch.cumsum(x, 1),
+            torch.cumsum(i, 0),
+        )
+
+    x = torch.randn(3, 4, 5)
+    i = torch.arange(60, dtype=torch.int32).reshape(3, 4, 5)
+    check_against_eager(fn, x, i)
+    assert max_calls.count == 1
+
+
+# Lowerings no core OpInfo case reaches (backward, optimizer and non-core
+# overloads): training, model and hand-written tests exercise them.
+OUTSIDE_OPINFO = (
+    "aten.linalg_vector_norm.default",
+    "aten.prod.dim_int",
+    "aten.var.dim",
+    "aten.var_mean.correction",
+)
+
+
+def test_reduction_lowerings_build_for_every_opinfo_case():
+    check_family("reduction", OUTSIDE_OPINFO)

@@ -1,0 +1,93 @@
+"""The plan between lowering and runtime: plain data that pickles and evaluates."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import sympy
+from torch.utils._sympy.functions import FloorDiv, Max, PythonMod
+
+from torch_max_backend.errors import MaxCompilerError
+from torch_max_backend.lower.builder.outputs import size_expr
+from torch_max_backend.plan import (
+    GraphPlan,
+    InputKind,
+    InputSource,
+    OutputKind,
+    OutputSlot,
+    compile_size_expr,
+)
+
+
+def _inputs(*shapes: tuple[int, ...]) -> list[SimpleNamespace]:
+    return [SimpleNamespace(shape=s) for s in shapes]
+
+
+def test_a_plan_pickles_and_says_when_results_pass_through():
+    s0 = ("size", 0, 0)
+    plan = GraphPlan(
+        device="cpu",
+        inputs=(
+            InputSource(InputKind.FX_INPUT, 0),
+            InputSource(InputKind.CONSTANT, 0),
+            InputSource(InputKind.SEED),
+        ),
+        outputs=(
+            OutputSlot(OutputKind.GRAPH, 0),
+            OutputSlot(
+                OutputKind.EXPR, expr=("floordiv", ("add", s0, ("int", 1)), ("int", 2))
+            ),
+        ),
+        num_graph_outputs=1,
+    )
+    again = pickle.loads(pickle.dumps(plan))
+    assert again == plan
+    assert not plan.results_only
+    simple = GraphPlan(
+        "cpu", (), (OutputSlot(OutputKind.GRAPH, 0),), num_graph_outputs=1
+    )
+    assert simple.results_only
+    size = compile_size_expr(again.outputs[1].expr)
+    assert size(_inputs((7, 3))) == 4
+
+
+def test_size_expressions_from_sympy_evaluate_like_python():
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = {s0: (0, 0), s1: (1, 1)}
+    cases = [
+        (s0 + 1, lambda a, b: a + 1),
+        (FloorDiv(s0, 2), lambda a, b: a // 2),
+        (PythonMod(s0 * s1, 3), lambda a, b: (a * b) % 3),
+        (Max(s0, s1) - 2, lambda a, b: max(a, b) - 2),
+        (s0**2 + 3 * s1, lambda a, b: a**2 + 3 * b),
+    ]
+    for expr, expected in cases:
+        data = size_expr(expr, symbols, "out")
+        fn = compile_size_expr(pickle.loads(pickle.dumps(data)))
+        for a, b in [(5, 4), (9, 2)]:
+            assert fn(_inputs((a,), (1, b))) == expected(a, b), expr
+
+
+def test_size_expressions_refuse_what_they_cannot_evaluate():
+    s0, s9 = sympy.symbols("s0 s9", integer=True, positive=True)
+    with pytest.raises(
+        MaxCompilerError, match="s9 is not the size of any tensor input"
+    ):
+        size_expr(s0 + s9, {s0: (0, 0)}, "out")
+    with pytest.raises(MaxCompilerError, match="cannot evaluate"):
+        size_expr(sympy.sqrt(s0), {s0: (0, 0)}, "out")
+    with pytest.raises(ValueError, match="unknown size operator 'exec'"):
+        compile_size_expr(("exec", ("int", 1)))
+
+
+def test_the_plan_imports_neither_torch_nor_max():
+    code = (
+        "import sys, torch_max_backend.plan\n"
+        "loaded = [m for m in ('torch', 'max', 'sympy') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

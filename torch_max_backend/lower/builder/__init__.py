@@ -1,0 +1,40 @@
+"""Building a MAX graph from an FX ATen graph, one job a module.
+
+``capability`` says whether every node can be lowered, ``planning`` decides
+the graph's inputs, ``walk`` calls each node's lowering, and ``outputs``
+writes the plan of the values the FX graph returns.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .capability import (
+    check_supported,
+    find_unsupported,
+    is_size_arithmetic,
+    strategy_of,
+    why_unsupported,
+)
+from .planning import InputPlan
+from .walk import GRAPH_NAME, BuiltGraph, NodeWalk
+
+__all__ = [
+    "GRAPH_NAME",
+    "BuiltGraph",
+    "build_graph",
+    "check_supported",
+    "find_unsupported",
+    "is_size_arithmetic",
+    "strategy_of",
+    "why_unsupported",
+]
+
+
+def build_graph(gm: torch.fx.GraphModule) -> BuiltGraph:
+    """The MAX graph of ``gm`` and its plan; raises for what cannot be lowered."""
+    from ..families import register_families
+
+    register_families()
+    check_supported([gm])
+    return NodeWalk(gm, InputPlan(gm)).run()

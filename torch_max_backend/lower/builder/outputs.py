@@ -1,0 +1,123 @@
+"""The output plan: where each value the FX graph returns comes from at run time.
+
+A MAX output, an FX input returned as it is, a size of one, a constant, or an
+expression of sizes (``s0 + 1``, ``s0 // 2``) written as plain data
+(``plan.SizeExpr``) that the runtime evaluates on each call's inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+from max.graph import TensorValue
+from torch.utils._sympy import functions as size_fns
+
+from ...errors import MaxCompilerError
+from ...plan import OutputKind, OutputSlot, SizeExpr
+
+# sympy (and torch's sympy functions) -> the size interpreter's operators.
+_OPERATORS: dict[type, str] = {
+    sympy.Add: "add",
+    sympy.Mul: "mul",
+    sympy.Max: "max",
+    sympy.Min: "min",
+    size_fns.Max: "max",
+    size_fns.Min: "min",
+    size_fns.FloorDiv: "floordiv",
+    size_fns.CleanDiv: "floordiv",
+    size_fns.PythonMod: "mod",
+    size_fns.Mod: "mod",
+    sympy.Mod: "mod",
+    size_fns.PowByNatural: "pow",
+}
+
+
+def size_expr(
+    expr: sympy.Expr, symbols: dict[sympy.Symbol, tuple[int, int]], name: str
+) -> SizeExpr:
+    """``expr`` as a plan's size expression over the FX inputs' sizes."""
+    unknown = sorted(str(s) for s in expr.free_symbols if s not in symbols)
+    if unknown:
+        raise MaxCompilerError(
+            f"the graph returns the size expression {expr} ({name}), but "
+            f"{', '.join(unknown)} is not the size of any tensor input"
+        )
+
+    def convert(e: sympy.Expr) -> SizeExpr:
+        if e.is_Integer:
+            return ("int", int(e))
+        if isinstance(e, sympy.Symbol):
+            return ("size", *symbols[e])
+        if isinstance(e, size_fns.Identity):
+            return convert(e.args[0])
+        if isinstance(e, size_fns.ModularIndexing):
+            base, divisor, modulus = map(convert, e.args)
+            return ("mod", ("floordiv", base, divisor), modulus)
+        if isinstance(e, size_fns.CeilDiv):
+            a, b = map(convert, e.args)
+            minus_one = ("int", -1)
+            return ("mul", minus_one, ("floordiv", ("mul", minus_one, a), b))
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) >= 0:
+            return ("pow", convert(e.base), ("int", int(e.exp)))
+        op = next((v for k, v in _OPERATORS.items() if type(e) is k), None)
+        if op is None:
+            raise MaxCompilerError(
+                f"the graph returns the size expression {expr} ({name}), whose "
+                f"{type(e).__name__} torch-max-backend cannot evaluate"
+            )
+        return (op, *(convert(a) for a in e.args))
+
+    return convert(expr)
+
+
+class OutputPlan:
+    """Collects the output slots and the distinct MAX outputs behind them."""
+
+    def __init__(
+        self,
+        placeholders: list[torch.fx.Node],
+        symbols: dict[sympy.Symbol, tuple[int, int]],
+    ) -> None:
+        self.placeholders = placeholders
+        self.symbols = symbols
+        self.slots: list[OutputSlot] = []
+        self.graph_outputs: list[TensorValue] = []
+        self._seen: dict[int, int] = {}
+
+    def add_input(self, node: torch.fx.Node) -> None:
+        """The FX graph returns its input ``node`` (written in place, or as it is)."""
+        self.slots.append(OutputSlot(OutputKind.INPUT, self.placeholders.index(node)))
+
+    def add(self, item: Any, values: dict[torch.fx.Node, Any]) -> None:
+        """The FX graph returns ``item``; ``values`` holds the built nodes."""
+        self.slots.append(self._slot(item, values))
+
+    def _slot(self, item: Any, values: dict[torch.fx.Node, Any]) -> OutputSlot:
+        if item is None or isinstance(item, (int, float, bool)):
+            return OutputSlot(OutputKind.CONST, value=item)
+        if not isinstance(item, torch.fx.Node):
+            raise MaxCompilerError(f"graph returns an unsupported value {item!r}")
+        if item.op == "placeholder" and isinstance(item.meta.get("val"), torch.Tensor):
+            return OutputSlot(OutputKind.INPUT, self.placeholders.index(item))
+        meta = item.meta.get("val")
+        if isinstance(meta, torch.SymInt):
+            expr = meta.node.expr
+            if expr.is_number:
+                return OutputSlot(OutputKind.CONST, value=int(expr))
+            if expr in self.symbols:
+                j, d = self.symbols[expr]
+                return OutputSlot(OutputKind.DIM, j, d)
+            converted = size_expr(expr, self.symbols, item.name)
+            return OutputSlot(OutputKind.EXPR, expr=converted)
+        value = values[item]
+        if not isinstance(value, TensorValue):
+            raise MaxCompilerError(
+                f"graph output {item.name} is a {type(value).__name__}, not a tensor"
+            )
+        key = id(value)
+        if key not in self._seen:
+            self._seen[key] = len(self.graph_outputs)
+            self.graph_outputs.append(value)
+        return OutputSlot(OutputKind.GRAPH, self._seen[key])

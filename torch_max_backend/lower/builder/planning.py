@@ -1,0 +1,202 @@
+"""Planning a graph's inputs: its device, and where every MAX input comes from.
+
+Tensor inputs keep their FX order; graph attributes and the Python scalars of
+ops that lift them become inputs too (never baked constants: MAX's compile
+cache keys on the graph text, so a baked value would make every new value a
+new compile); a graph with random ops takes a seed input.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from typing import Any
+
+import sympy
+import torch
+from max.graph import BufferType, DeviceRef, TensorType
+
+from ...dtypes import to_device_ref, to_max_dtype
+from ...errors import MaxCompilerError
+from ...plan import InputKind, InputSource
+from ..registry import draws_random, lifts_scalars
+from ..shapes import max_dim
+from .capability import lowering_of
+
+# The seed input's metadata: one int64.
+_SEED_META = torch.empty((1,), dtype=torch.int64)
+
+
+def graph_device(gm: torch.fx.GraphModule) -> torch.device:
+    """The one device of the graph's tensor inputs (else of any tensor, else cpu)."""
+    devices: Counter[torch.device] = Counter()
+    for node in gm.graph.nodes:
+        meta = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(meta, torch.Tensor):
+            devices[meta.device] += 1
+    if len(devices) > 1:
+        listing = ", ".join(str(d) for d in devices)
+        raise MaxCompilerError(
+            f"the graph's inputs are on several devices ({listing}); "
+            "torch-max-backend compiles one graph per device: move the inputs "
+            "and parameters to one device"
+        )
+    if devices:
+        return next(iter(devices))
+    for node in gm.graph.nodes:
+        meta = node.meta.get("val")
+        if isinstance(meta, torch.Tensor):
+            return meta.device
+    return torch.device("cpu")
+
+
+def writes_input(node: torch.fx.Node, target: Any) -> bool:
+    """Whether ``node`` is AOTAutograd's copy of a new value into the tensor input ``target``."""
+    return (
+        node.op == "call_function"
+        and node.target is torch.ops.aten.copy_.default
+        and node.args[0] is target
+        and isinstance(target, torch.fx.Node)
+        and target.op == "placeholder"
+        and isinstance(target.meta.get("val"), torch.Tensor)
+    )
+
+
+def _first_tensor_meta(values: Any) -> torch.Tensor | None:
+    """The fake tensor of the first tensor among ``values``, looking into lists.
+
+    ``_foreach_*`` ops take lists of tensors, and their scalar operands promote
+    against the list's dtype just as a plain op's scalar does against its tensor.
+    """
+    for value in values:
+        if isinstance(value, torch.fx.Node):
+            value = value.meta.get("val")  # a fake tensor, or a list of them
+        if isinstance(value, torch.Tensor):
+            return value
+        if isinstance(value, (list, tuple)):
+            found = _first_tensor_meta(value)
+            if found is not None:
+                return found
+    return None
+
+
+def _takes_number(arg: torch.Argument) -> bool:
+    """Whether a schema argument may hold a Python number: a Scalar, or a
+    Tensor slot holding a wrapped number (``mul.Tensor(x, 2)``)."""
+    t = arg.type
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, (torch.NumberType, torch.TensorType))
+
+
+class InputPlan:
+    """The MAX inputs of one FX graph: their types and their sources."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.gm = gm
+        self.device = graph_device(gm)
+        self.device_ref: DeviceRef = to_device_ref(self.device)
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.types: list[TensorType | BufferType] = []
+        self.sources: list[InputSource] = []
+        # Constant tensors (graph attributes, lifted scalars) fed as inputs.
+        self.constants: list[torch.Tensor] = []
+        self.seed_index: int | None = None
+        # FX node -> MAX input number, for tensor placeholders and constants.
+        self.input_of: dict[torch.fx.Node, int] = {}
+        # node -> (argument position or name, MAX input number, Python type) of
+        # each lifted scalar of that node.
+        self.scalars_of: dict[torch.fx.Node, list[tuple[int | str, int, type]]] = {}
+        # sympy symbol -> (FX input index, dim), for symbolic sizes.
+        self.symbols: dict[sympy.Symbol, tuple[int, int]] = {}
+        # Tensor inputs the graph writes in place.
+        self.mutated = [
+            node
+            for node in self.placeholders
+            if any(writes_input(user, node) for user in node.users)
+        ]
+        self._plan()
+
+    def _add(
+        self,
+        source: InputSource,
+        meta: torch.Tensor,
+        where: str,
+        mutable: bool = False,
+    ) -> int:
+        shape = [max_dim(s, where) for s in meta.shape]
+        kind = BufferType if mutable else TensorType
+        self.types.append(kind(to_max_dtype(meta.dtype), shape, self.device_ref))
+        self.sources.append(source)
+        return len(self.sources) - 1
+
+    def _add_constant(
+        self, tensor: torch.Tensor, meta: torch.Tensor, where: str
+    ) -> int:
+        self.constants.append(tensor)
+        source = InputSource(InputKind.CONSTANT, len(self.constants) - 1)
+        return self._add(source, meta, where)
+
+    def _plan(self) -> None:
+        for i, node in enumerate(self.placeholders):
+            meta = node.meta.get("val")
+            if isinstance(meta, torch.Tensor):
+                self.input_of[node] = self._add(
+                    InputSource(InputKind.FX_INPUT, i),
+                    meta,
+                    f"input {node.name}",
+                    mutable=node in self.mutated,
+                )
+                for d, size in enumerate(meta.shape):
+                    if isinstance(size, torch.SymInt) and isinstance(
+                        size.node.expr, sympy.Symbol
+                    ):
+                        self.symbols.setdefault(size.node.expr, (i, d))
+        for node in self.gm.graph.nodes:
+            if node.op == "get_attr":
+                value = operator.attrgetter(node.target)(self.gm)
+                if not isinstance(value, torch.Tensor):
+                    raise MaxCompilerError(
+                        f"graph attribute {node.target!r} is a "
+                        f"{type(value).__name__}, not a tensor"
+                    )
+                if value.numel() > 0:
+                    # A graph input, not a baked constant: the compiled graph
+                    # then stays the same whatever the constant's value.
+                    self.input_of[node] = self._add_constant(
+                        value.detach().to(self.device), value, f"constant {node.target}"
+                    )
+            elif node.op == "call_function":
+                self._plan_scalars(node)
+                fn = lowering_of(node)
+                if fn is not None and draws_random(fn) and self.seed_index is None:
+                    self.seed_index = self._add(
+                        InputSource(InputKind.SEED), _SEED_META, "random seed"
+                    )
+
+    def _plan_scalars(self, node: torch.fx.Node) -> None:
+        fn = lowering_of(node)
+        if fn is None or not lifts_scalars(fn):
+            return
+        schema = node.target._schema
+        first_tensor = _first_tensor_meta(node.args)
+        for pos, arg in enumerate(schema.arguments):
+            key: int | str = pos if pos < len(node.args) else arg.name
+            if isinstance(key, int):
+                value = node.args[key]
+            elif key in node.kwargs:
+                value = node.kwargs[key]
+            else:
+                continue
+            if not _takes_number(arg) or type(value) not in (bool, int, float):
+                continue
+            if first_tensor is not None:
+                dtype = torch.result_type(
+                    torch.empty((1,), dtype=first_tensor.dtype), value
+                )
+            else:
+                meta = _first_tensor_meta([node])
+                dtype = meta.dtype if meta is not None else torch.tensor(value).dtype
+            tensor = torch.tensor(value, dtype=dtype, device=self.device)
+            index = self._add_constant(tensor, tensor, f"scalar of {node.name}")
+            self.scalars_of.setdefault(node, []).append((key, index, type(value)))

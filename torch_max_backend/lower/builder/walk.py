@@ -1,0 +1,213 @@
+"""The node walk: each FX node's registered lowering called in graph order.
+
+Placeholders read their planned MAX inputs, lifted scalars reach lowerings as
+``ScalarArg`` inputs, every lowering's result is checked against torch's fake
+tensor, and AOTAutograd's copies into mutated inputs become MAX buffer stores.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from max.graph import Graph, TensorValue, ops
+
+from ...dtypes import to_max_dtype
+from ...errors import LoweringError, MaxCompilerError, UnsupportedOpsError
+from ...plan import GraphPlan
+from ..context import lowering_node
+from ..layout import ChannelsLastTwins, is_pointwise
+from ..scalars import ScalarArg
+from ..shapes import static_size
+from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
+from .outputs import OutputPlan
+from .planning import InputPlan, writes_input
+
+# A fixed name: MAX's caches key on the graph text, name included.
+GRAPH_NAME = "torch_max_graph"
+
+
+@dataclass
+class BuiltGraph:
+    """A MAX graph, its plan, and the constant tensors its plan feeds as inputs."""
+
+    graph: Graph
+    plan: GraphPlan
+    constants: list[torch.Tensor]
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.plan.device)
+
+
+def check_result(node: torch.fx.Node, result: Any) -> None:
+    """A lowering's result must have the dtype and static sizes torch says."""
+    meta = node.meta.get("val")
+    if isinstance(result, TensorValue) and isinstance(meta, torch.Tensor):
+        expected = to_max_dtype(meta.dtype)
+        if result.dtype != expected:
+            raise TypeError(
+                f"lowering returned dtype {result.dtype.name}, expected {expected.name}"
+            )
+        got = [static_size(d) for d in result.shape]
+        want = [s if isinstance(s, int) else None for s in meta.shape]
+        mismatch = len(got) != len(want) or any(
+            g is not None and w is not None and g != w
+            for g, w in zip(got, want, strict=True)
+        )
+        if mismatch:
+            raise TypeError(
+                f"lowering returned shape {list(result.shape)}, "
+                f"expected {list(meta.shape)}"
+            )
+    elif (
+        isinstance(result, (list, tuple))
+        and isinstance(meta, (list, tuple))
+        and len(result) != len(meta)
+    ):
+        raise TypeError(f"lowering returned {len(result)} values, expected {len(meta)}")
+
+
+class NodeWalk:
+    """Builds one MAX graph from one FX ATen graph and its input plan."""
+
+    def __init__(self, gm: torch.fx.GraphModule, inputs: InputPlan) -> None:
+        self.gm = gm
+        self.inputs = inputs
+        self.values: dict[torch.fx.Node, Any] = {}
+        self.twins = ChannelsLastTwins()
+        self.graph = Graph(GRAPH_NAME, input_types=inputs.types)
+
+    def _input(self, index: int) -> Any:
+        return self.graph.inputs[index]
+
+    def _resolve(self, value: Any) -> Any:
+        if isinstance(value, torch.fx.Node):
+            return self.values[value]
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._resolve(v) for v in value)
+        return value
+
+    def _arguments(self, node: torch.fx.Node) -> tuple[list[Any], dict[str, Any]]:
+        args = [self._resolve(a) for a in node.args]
+        kwargs = {k: self._resolve(v) for k, v in node.kwargs.items()}
+        for key, index, kind in self.inputs.scalars_of.get(node, ()):
+            scalar = ScalarArg(self._input(index).tensor, kind)
+            if isinstance(key, int):
+                args[key] = scalar
+            else:
+                kwargs[key] = scalar
+        return args, kwargs
+
+    def _call(self, node: torch.fx.Node) -> Any:
+        target = node.target
+        if target in SYM_FUNCTIONS:
+            args = [self._resolve(a) for a in node.args]
+            return SYM_FUNCTIONS[target](*args)
+        fn = lowering_of(node)
+        if fn is None:  # the capability check ran first; this guards direct use
+            raise UnsupportedOpsError(find_unsupported([self.gm]))
+        args, kwargs = self._arguments(node)
+        with lowering_node(node, self.inputs.device_ref, self.twins):
+            try:
+                if is_pointwise(target):
+                    result = self.twins.run_channels_last(
+                        fn, args, kwargs, node.meta.get("val")
+                    )
+                else:
+                    result = fn(*args, **kwargs)
+                check_result(node, result)
+            except LoweringError:
+                raise
+            except Exception as e:
+                # Whatever the lowering raised, the node is named: in default
+                # mode it then runs in PyTorch (fallback.settle).
+                raise LoweringError(node, e) from e
+        return result
+
+    def _placeholder_value(self, node: torch.fx.Node) -> Any:
+        meta = node.meta.get("val")
+        plan = self.inputs
+        if isinstance(meta, torch.Tensor):
+            value = self._input(plan.input_of[node])
+            if node in plan.mutated:
+                # Read before any store: MAX orders buffer ops in graph order.
+                return ops.buffer_load(value.buffer)
+            return value.tensor
+        if isinstance(meta, torch.SymInt):
+            expr = meta.node.expr
+            if expr in plan.symbols:
+                j, d = plan.symbols[expr]
+                return self._input(plan.input_of[plan.placeholders[j]]).tensor.shape[d]
+            raise MaxCompilerError(
+                f"symbolic size input {node.name} ({expr}) is not the size of any "
+                "tensor input"
+            )
+        if isinstance(meta, (int, float, bool)) or meta is None:
+            raise MaxCompilerError(
+                f"graph input {node.name} is a Python {type(meta).__name__}; "
+                "torch-max-backend expects tensor and symbolic size inputs"
+            )
+        raise MaxCompilerError(f"graph input {node.name} of unsupported kind {meta!r}")
+
+    def _attribute_value(self, node: torch.fx.Node) -> Any:
+        if node in self.inputs.input_of:
+            return self._input(self.inputs.input_of[node]).tensor
+        # An empty tensor: nothing to feed, so a constant costs no compile.
+        value = operator.attrgetter(node.target)(self.gm)
+        return ops.constant(
+            value.detach().cpu().numpy(),
+            to_max_dtype(value.dtype),
+            device=self.inputs.device_ref,
+        )
+
+    def _outputs(self, node: torch.fx.Node, outputs: OutputPlan) -> None:
+        items = node.args[0]
+        items = items if isinstance(items, (list, tuple)) else [items]
+        for item in items:
+            if isinstance(item, torch.fx.Node) and writes_input(
+                item, item.args[0] if item.args else None
+            ):
+                outputs.add_input(item.args[0])
+            else:
+                outputs.add(item, self.values)
+
+    def run(self) -> BuiltGraph:
+        plan = self.inputs
+        outputs = OutputPlan(plan.placeholders, plan.symbols)
+        with self.graph:
+            for node in plan.placeholders:
+                self.values[node] = self._placeholder_value(node)
+            if plan.seed_index is not None:
+                # Each random op then derives its own seed from this one.
+                ops.random.set_seed(self._input(plan.seed_index).tensor)
+            for node in self.gm.graph.nodes:
+                if node.op == "get_attr":
+                    self.values[node] = self._attribute_value(node)
+                elif node.op == "call_function":
+                    writes = writes_input(node, node.args[0] if node.args else None)
+                    result = self._call(node)
+                    if writes:
+                        # AOTAutograd's epilogue for a mutated input: MAX stores
+                        # the new value into the user's tensor itself.
+                        buffer = self._input(plan.input_of[node.args[0]])
+                        ops.buffer_store(buffer.buffer, result)
+                    self.values[node] = result
+                elif node.op == "output":
+                    self._outputs(node, outputs)
+                elif node.op != "placeholder":
+                    raise MaxCompilerError(f"unsupported FX node kind {node.op!r}")
+            self.graph.output(*outputs.graph_outputs)
+        return BuiltGraph(
+            graph=self.graph,
+            plan=GraphPlan(
+                device=str(plan.device),
+                inputs=tuple(plan.sources),
+                outputs=tuple(outputs.slots),
+                mutated=tuple(plan.placeholders.index(n) for n in plan.mutated),
+                num_graph_outputs=len(outputs.graph_outputs),
+            ),
+            constants=plan.constants,
+        )

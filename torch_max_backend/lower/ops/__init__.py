@@ -1,0 +1,1 @@
+"""Lowerings, one module per op family; ``lower.families`` lists and registers them."""

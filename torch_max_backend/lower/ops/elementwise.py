@@ -1,0 +1,315 @@
+"""Elementwise arithmetic and math (comparisons and logic are in ``logic``).
+
+Type promotion and Python scalars go through ``promote``/``as_tensor`` so that
+every op follows torch's rules the same way; MAX broadcasts operands itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch._inductor.inductor_prims  # defines prims.fma, lowered below
+from max.dtype import DType
+from max.graph import TensorValue, ops
+
+from ..registry import lowering
+from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def _is_one(x: Operand) -> bool:
+    return not isinstance(x, (TensorValue, ScalarArg)) and x == 1
+
+
+def _scaled(x: TensorValue, alpha: Operand) -> TensorValue:
+    return x if _is_one(alpha) else ops.mul(x, as_tensor(alpha, x.dtype))
+
+
+# -- arithmetic ----------------------------------------------------------------
+
+
+@lowering(aten.add.Tensor, aten.add.Scalar)
+def add(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
+    """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+    add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
+    """
+    a, b = promote(self, other)
+    if a.dtype == DType.bool:
+        return ops.logical_or(a, b)
+    return ops.add(a, _scaled(b, alpha))
+
+
+@lowering(aten.sub.Tensor, aten.sub.Scalar)
+def sub(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
+    """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+    sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
+    """
+    a, b = promote(self, other)
+    return ops.sub(a, _scaled(b, alpha))
+
+
+@lowering(aten.rsub.Scalar, aten.rsub.Tensor)
+def rsub(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
+    """rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
+    rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+    """
+    a, b = promote(self, other)
+    return ops.sub(b, _scaled(a, alpha))
+
+
+@lowering(aten.mul.Tensor, aten.mul.Scalar)
+def mul(self: Operand, other: Operand) -> TensorValue:
+    """mul.Tensor(Tensor self, Tensor other) -> Tensor
+    mul.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    a, b = promote(self, other)
+    if a.dtype == DType.bool:
+        return ops.logical_and(a, b)
+    return ops.mul(a, b)
+
+
+@lowering(prims.fma.default)
+def fma(a: TensorValue, b: TensorValue, c: TensorValue) -> TensorValue:
+    """prims::fma(Tensor a, Tensor b, Tensor c) -> Tensor"""
+    # Dynamo emits it for in-place updates with a tensor scale, such as an
+    # optimizer's ``param.add_(grad, alpha=-lr)`` when lr is a tensor.
+    x, y, z = promote(a, b, c)
+    return ops.add(ops.mul(x, y), z)
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor)
+def div(self: Operand, other: Operand) -> TensorValue:
+    """div.Tensor(Tensor self, Tensor other) -> Tensor
+    div.Scalar(Tensor self, Scalar other) -> Tensor
+    true_divide.Tensor(Tensor self, Tensor other) -> Tensor
+    """
+    out = out_max_dtype()  # true division: integers promote to float
+    return ops.div(as_tensor(self, out), as_tensor(other, out))
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(
+    self: Operand, other: Operand, *, rounding_mode: str | None
+) -> TensorValue:
+    """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor
+    div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor
+    """
+    if rounding_mode is None:
+        return div(self, other)
+    a, b = promote(self, other)
+    if a.dtype.is_float():
+        q = ops.div(a, b)
+        return ops.floor(q) if rounding_mode == "floor" else ops.trunc(q)
+    if rounding_mode == "floor":
+        return ops.floor_div(a, b)
+    return _trunc_div(a, b)
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar)
+def remainder(self: Operand, other: Operand) -> TensorValue:
+    """remainder.Tensor(Tensor self, Tensor other) -> Tensor
+    remainder.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    a, b = promote(self, other)
+    # Python semantics: the result takes the sign of the divisor.
+    if a.dtype.is_float():
+        return ops.sub(a, ops.mul(ops.floor(ops.div(a, b)), b))
+    return ops.sub(a, ops.mul(ops.floor_div(a, b), b))
+
+
+def _trunc_div(a: TensorValue, b: TensorValue) -> TensorValue:
+    """Integer division rounding towards zero, as C and torch's trunc mode do."""
+    floor_q = ops.floor_div(a, b)
+    # Floor division steps down for negative inexact quotients: step back up.
+    inexact = ops.not_equal(ops.mul(floor_q, b), a)
+    zero = as_tensor(0, a.dtype)
+    negative = ops.logical_xor(ops.greater(zero, a), ops.greater(zero, b))
+    one = as_tensor(1, a.dtype)
+    return ops.where(ops.logical_and(inexact, negative), ops.add(floor_q, one), floor_q)
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(self: Operand, other: Operand) -> TensorValue:
+    """fmod.Tensor(Tensor self, Tensor other) -> Tensor
+    fmod.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    a, b = promote(self, other)
+    # C semantics: the result takes the sign of the dividend.
+    if a.dtype.is_float():
+        return ops.sub(a, ops.mul(ops.trunc(ops.div(a, b)), b))
+    return ops.sub(a, ops.mul(_trunc_div(a, b), b))
+
+
+@lowering(aten.neg.default)
+def neg(self: TensorValue) -> TensorValue:
+    """neg(Tensor self) -> Tensor"""
+    return ops.negate(self)
+
+
+@lowering(aten.maximum.default)
+def maximum(self: TensorValue, other: TensorValue) -> TensorValue:
+    """maximum(Tensor self, Tensor other) -> Tensor"""
+    a, b = promote(self, other)
+    return ops._elementwise_max(a, b)
+
+
+@lowering(aten.minimum.default)
+def minimum(self: TensorValue, other: TensorValue) -> TensorValue:
+    """minimum(Tensor self, Tensor other) -> Tensor"""
+    a, b = promote(self, other)
+    return ops._elementwise_min(a, b)
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor)
+def clamp(
+    self: TensorValue, min: Operand | None = None, max: Operand | None = None
+) -> TensorValue:
+    """clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor
+    clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor
+    """
+    out = out_max_dtype()
+    x = as_tensor(self, out)
+    if min is not None:
+        x = ops._elementwise_max(x, as_tensor(min, out))
+    if max is not None:
+        x = ops._elementwise_min(x, as_tensor(max, out))
+    return x
+
+
+def _integral_power(x: TensorValue, n: int) -> TensorValue:
+    # Exact like torch for small integer powers, also for negative bases.
+    result = x
+    for _ in range(abs(n) - 1):
+        result = ops.mul(result, x)
+    return ops.div(as_tensor(1, x.dtype), result) if n < 0 else result
+
+
+@lowering(aten.pow.Tensor_Scalar, lift_scalars=False)
+def pow_tensor_scalar(self: TensorValue, exponent: float | int | bool) -> TensorValue:
+    """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor"""
+    x = as_tensor(self, out_max_dtype())
+    e = float(exponent)
+    if e == 0:
+        return ops.broadcast_to(as_tensor(1, x.dtype), x.shape)
+    if e.is_integer() and abs(e) <= 8:
+        return _integral_power(x, int(e))
+    if e == 0.5:
+        return ops.sqrt(x)
+    if e == -0.5:
+        return ops.rsqrt(x)
+    if e.is_integer():
+        # |x|^n carries the sign of x for odd n.
+        magnitude = ops.pow(ops.abs(x), as_tensor(e, x.dtype))
+        if int(e) % 2 == 0:
+            return magnitude
+        return ops.where(ops.greater(0, x), ops.negate(magnitude), magnitude)
+    return ops.pow(x, as_tensor(e, x.dtype))
+
+
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def pow_tensor(self: Operand, exponent: Operand) -> TensorValue:
+    """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor
+    pow.Scalar(Scalar self, Tensor exponent) -> Tensor
+    """
+    out = out_max_dtype()
+    return ops.pow(as_tensor(self, out), as_tensor(exponent, out))
+
+
+# -- unary math: computed in the output dtype (integers promote to float) ------
+
+
+def _unary(op: torch._ops.OpOverload, fn: Callable[[TensorValue], TensorValue]) -> None:
+    def lower(self: TensorValue) -> TensorValue:
+        return fn(as_tensor(self, out_max_dtype()))
+
+    lower.__name__ = op.__name__.split(".")[0]
+    lower.__doc__ = str(op._schema).removeprefix("aten::")
+    lowering(op)(lower)
+
+
+for _op, _fn in [
+    (aten.abs.default, ops.abs),
+    (aten.exp.default, ops.exp),
+    (aten.log.default, ops.log),
+    (aten.log1p.default, ops.log1p),
+    (aten.sqrt.default, ops.sqrt),
+    (aten.rsqrt.default, ops.rsqrt),
+    (aten.sin.default, ops.sin),
+    (aten.cos.default, ops.cos),
+    (aten.erf.default, ops.erf),
+    (aten.floor.default, ops.floor),
+    (aten.ceil.default, ops.ceil),
+    (aten.trunc.default, ops.trunc),
+    (aten.round.default, ops.round),
+]:
+    _unary(_op, _fn)
+
+
+@lowering(aten.reciprocal.default)
+def reciprocal(self: TensorValue) -> TensorValue:
+    """reciprocal(Tensor self) -> Tensor"""
+    x = as_tensor(self, out_max_dtype())
+    return ops.div(as_tensor(1, x.dtype), x)
+
+
+@lowering(aten.expm1.default)
+def expm1(self: TensorValue) -> TensorValue:
+    """expm1(Tensor self) -> Tensor"""
+    return accurate_expm1(as_tensor(self, out_max_dtype()))
+
+
+def accurate_expm1(x: TensorValue) -> TensorValue:
+    """exp(x) - 1 without the cancellation that loses every digit for tiny x.
+
+    Kahan's form: with u = exp(x), (u - 1) * x / log(u) is accurate wherever
+    u is neither 1 (then the answer is x) nor 0 or inf (then u - 1 is).
+    """
+    u = ops.exp(x)
+    one = as_tensor(1, x.dtype)
+    um1 = ops.sub(u, one)
+    interior = ops.div(ops.mul(um1, x), ops.log(u))
+    edge = ops.logical_or(ops.equal(um1, as_tensor(-1, x.dtype)), ops.is_inf(u))
+    return ops.where(ops.equal(u, one), x, ops.where(edge, um1, interior))
+
+
+@lowering(aten.sign.default)
+def sign(self: TensorValue) -> TensorValue:
+    """sign(Tensor self) -> Tensor"""
+    zero = as_tensor(0, self.dtype)
+    positive = ops.cast(ops.greater(self, zero), self.dtype)
+    negative = ops.cast(ops.greater(zero, self), self.dtype)
+    return ops.sub(positive, negative)
+
+
+@lowering(aten.isnan.default)
+def isnan(self: TensorValue) -> TensorValue:
+    """isnan(Tensor self) -> Tensor"""
+    if not self.dtype.is_float():
+        return ops.broadcast_to(as_tensor(False, DType.bool), self.shape)
+    return ops.is_nan(self)
+
+
+@lowering(aten.isinf.default)
+def isinf(self: TensorValue) -> TensorValue:
+    """isinf(Tensor self) -> Tensor"""
+    if not self.dtype.is_float():
+        return ops.broadcast_to(as_tensor(False, DType.bool), self.shape)
+    return ops.is_inf(self)
+
+
+@lowering(aten.log2.default)
+def log2(self: TensorValue) -> TensorValue:
+    """log2(Tensor self) -> Tensor"""
+    x = as_tensor(self, out_max_dtype())
+    return ops.mul(ops.log(x), as_tensor(1 / math.log(2), x.dtype))
+
+
+@lowering(aten.log10.default)
+def log10(self: TensorValue) -> TensorValue:
+    """log10(Tensor self) -> Tensor"""
+    x = as_tensor(self, out_max_dtype())
+    return ops.mul(ops.log(x), as_tensor(1 / math.log(10), x.dtype))

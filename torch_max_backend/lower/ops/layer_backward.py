@@ -1,0 +1,279 @@
+"""Backward ops of convolution and the layer/group normalizations.
+
+AOTAutograd leaves these in backward graphs once they are no longer
+decomposed. Each returns its gradients as a tuple and computes only those
+asked for by ``output_mask`` (torch's meta then says None for the others).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from max.graph import Dim, TensorValue, ops
+
+from ...dtypes import accumulation_dtype, to_max_dtype
+from ..context import current
+from ..registry import lowering
+from ..transposed_conv import over_unit_height, pair, transposed_conv2d
+
+aten = torch.ops.aten
+
+
+def _wanted(output_mask: Sequence[bool]) -> list[bool]:
+    """Which outputs to compute: asked for, and not None in torch's meta.
+
+    The meta also says None where an input the gradient belongs to is
+    absent (a layer norm without weight), whatever the mask says.
+    """
+    meta = current().out_meta
+    assert isinstance(meta, (list, tuple))
+    return [bool(m) and v is not None for m, v in zip(output_mask, meta, strict=True)]
+
+
+def _like_meta(values: Sequence[TensorValue | None]) -> tuple[TensorValue | None, ...]:
+    """Each output cast to the dtype torch gives it (statistics computed in
+    float32 go back to the input's half precision, for instance)."""
+    meta = current().out_meta
+    assert isinstance(meta, (list, tuple))
+    out: list[TensorValue | None] = []
+    for value, m in zip(values, meta, strict=True):
+        if value is not None and value.dtype != to_max_dtype(m.dtype):
+            value = ops.cast(value, to_max_dtype(m.dtype))
+        out.append(value)
+    return tuple(out)
+
+
+def _sum_to(
+    x: TensorValue, axes: Sequence[int], shape: Sequence[int | Dim]
+) -> TensorValue:
+    """``x`` summed over ``axes`` (kept as size 1 by MAX), then reshaped."""
+    for axis in axes:
+        x = ops.sum(x, axis)
+    return ops.reshape(x, list(shape))
+
+
+# -- convolution ---------------------------------------------------------------
+
+
+def _static(sizes: Sequence[object]) -> bool:
+    return all(isinstance(s, int) for s in sizes)
+
+
+def _conv_backward_covered(node: torch.fx.Node) -> str | None:
+    """1-d and 2-d, non-transposed convolutions with static channel, kernel and spatial sizes."""
+    transposed = node.args[7]
+    if transposed:
+        return "transposed convolution"
+    grad, input, weight = (node.args[i].meta["val"] for i in range(3))
+    if weight.dim() not in (3, 4):
+        return f"{weight.dim() - 2}-d convolution (1-d and 2-d are supported)"
+    # The batch may be symbolic; channels, kernel and spatial sizes decide
+    # the slicing of the lowering.
+    if not (
+        _static(input.shape[1:]) and _static(grad.shape[1:]) and _static(weight.shape)
+    ):
+        return "convolution backward with symbolic channel or spatial sizes"
+    return None
+
+
+def _conv_weight_grad(
+    grad: TensorValue,
+    input: TensorValue,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+) -> TensorValue:
+    """The weight's gradient as one batched matmul per group: the grad times
+    the input's sliding windows (im2col, made of kh * kw strided slices)."""
+    channels = int(input.shape[1])
+    out_channels = int(grad.shape[1])
+    out_h, out_w = int(grad.shape[2]), int(grad.shape[3])
+    kh, kw = kernel
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    x = ops.pad(input, [0, 0, 0, 0, ph, ph, pw, pw]) if ph or pw else input
+    windows = []
+    for i in range(kh):
+        for j in range(kw):
+            top, left = i * dh, j * dw
+            windows.append(
+                x[
+                    :,
+                    :,
+                    top : top + (out_h - 1) * sh + 1 : sh,
+                    left : left + (out_w - 1) * sw + 1 : sw,
+                ]
+            )
+    # [N, C, kh * kw, out_h, out_w]: torch's (c, kh, kw) weight order per channel.
+    cols = ops.stack(windows, axis=2)
+    c_group = channels // groups
+    o_group = out_channels // groups
+    # Explicit (possibly symbolic) sizes, not -1: MAX must see that both
+    # matmul operands share the contracted batch * blocks dim.
+    n = grad.shape[0]
+    blocks = out_h * out_w
+    cols = ops.reshape(cols, [n, groups, c_group * kh * kw, blocks])
+    cols = ops.reshape(
+        ops.permute(cols, [1, 0, 3, 2]), [groups, n * blocks, c_group * kh * kw]
+    )
+    g = ops.reshape(grad, [n, groups, o_group, blocks])
+    g = ops.reshape(ops.permute(g, [1, 2, 0, 3]), [groups, o_group, n * blocks])
+    weight_grad = ops.matmul(g, cols)  # [groups, O / groups, C / groups * kh * kw]
+    return ops.reshape(weight_grad, [out_channels, c_group, kh, kw])
+
+
+@lowering(aten.convolution_backward.default, supports=_conv_backward_covered)
+def convolution_backward(
+    grad_output: TensorValue,
+    input: TensorValue,
+    weight: TensorValue,
+    bias_sizes: Sequence[int] | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    output_padding: Sequence[int],
+    groups: int,
+    output_mask: Sequence[bool],
+) -> tuple[TensorValue | None, TensorValue | None, TensorValue | None]:
+    """convolution_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[]? bias_sizes, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"""
+    want_input, want_weight, want_bias = _wanted(output_mask)
+    one_d = weight.rank == 3
+    if one_d:
+        # As in the forward: a 1-d convolution is a 2-d one over a height of 1.
+        grad_output, input, weight = (
+            ops.unsqueeze(t, 2) for t in (grad_output, input, weight)
+        )
+        stride, padding, dilation = over_unit_height(stride, padding, dilation)
+    stride2, padding2, dilation2 = (
+        pair(stride, 1),
+        pair(padding, 0),
+        pair(dilation, 1),
+    )
+    grad_input = grad_weight = grad_bias = None
+    if want_input:
+        size = (int(input.shape[2]), int(input.shape[3]))
+        grad_input = transposed_conv2d(
+            grad_output, weight, size, stride2, padding2, dilation2, groups
+        )
+        if one_d:
+            grad_input = ops.squeeze(grad_input, 2)
+    if want_weight:
+        kernel = (int(weight.shape[2]), int(weight.shape[3]))
+        grad_weight = _conv_weight_grad(
+            grad_output, input, kernel, stride2, padding2, dilation2, groups
+        )
+        if one_d:
+            grad_weight = ops.squeeze(grad_weight, 2)
+    if want_bias:
+        grad_bias = _sum_to(grad_output, [0, 2, 3], [grad_output.shape[1]])
+    return _like_meta([grad_input, grad_weight, grad_bias])
+
+
+# -- normalization ---------------------------------------------------------------
+
+
+def _norm_input_grad(
+    g: TensorValue, normalized: TensorValue, rstd: TensorValue
+) -> TensorValue:
+    """d(input) of a normalization over the last axis, given g = dy * gamma.
+
+    rstd * (g - mean(g) - x_hat * mean(g * x_hat)), means over the last axis.
+    """
+    mean_g = ops.mean(g, -1)
+    mean_gx = ops.mean(ops.mul(g, normalized), -1)
+    return ops.mul(rstd, ops.sub(ops.sub(g, mean_g), ops.mul(normalized, mean_gx)))
+
+
+@lowering(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(
+    grad_out: TensorValue,
+    input: TensorValue,
+    normalized_shape: Sequence[int | Dim],
+    mean: TensorValue,
+    rstd: TensorValue,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    output_mask: Sequence[bool],
+) -> tuple[TensorValue | None, TensorValue | None, TensorValue | None]:
+    """native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"""
+    want_input, want_weight, want_bias = _wanted(output_mask)
+    dtype = accumulation_dtype(input.dtype)
+    lead = list(input.shape)[: input.rank - len(normalized_shape)]
+    # The normalized dims as one flattened last axis, statistics as [*lead, 1].
+    x = ops.cast(ops.reshape(input, [*lead, -1]), dtype)
+    dy = ops.cast(ops.reshape(grad_out, [*lead, -1]), dtype)
+    mean = ops.cast(ops.reshape(mean, [*lead, 1]), dtype)
+    rstd = ops.cast(ops.reshape(rstd, [*lead, 1]), dtype)
+    normalized = ops.mul(ops.sub(x, mean), rstd)
+    grad_input = grad_weight = grad_bias = None
+    if want_input:
+        g = dy
+        if weight is not None:
+            g = ops.mul(dy, ops.cast(ops.reshape(weight, [-1]), dtype))
+        grad_input = ops.reshape(
+            _norm_input_grad(g, normalized, rstd), list(input.shape)
+        )
+    # Parameter grads: summed over every leading (batch) position.
+    if want_weight:
+        per_row = ops.reshape(ops.mul(dy, normalized), [-1, dy.shape[-1]])
+        grad_weight = _sum_to(per_row, [0], list(normalized_shape))
+    if want_bias:
+        per_row = ops.reshape(dy, [-1, dy.shape[-1]])
+        grad_bias = _sum_to(per_row, [0], list(normalized_shape))
+    return _like_meta([grad_input, grad_weight, grad_bias])
+
+
+def _static_channels(node: torch.fx.Node) -> str | None:
+    """A channel count known at compile time."""
+    # The channels split into groups by a reshape, which MAX cannot do for
+    # a symbolic count (it would need C / group).
+    if not isinstance(node.args[1].meta["val"].shape[1], int):
+        return "group norm backward with a symbolic channel count"
+    return None
+
+
+@lowering(aten.native_group_norm_backward.default, supports=_static_channels)
+def native_group_norm_backward(
+    grad_out: TensorValue,
+    input: TensorValue,
+    mean: TensorValue,
+    rstd: TensorValue,
+    weight: TensorValue | None,
+    N: int | Dim,
+    C: int | Dim,
+    HxW: int | Dim,
+    group: int,
+    output_mask: Sequence[bool],
+) -> tuple[TensorValue | None, TensorValue | None, TensorValue | None]:
+    """native_group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, SymInt N, SymInt C, SymInt HxW, int group, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"""
+    want_input, want_weight, want_bias = _wanted(output_mask)
+    dtype = accumulation_dtype(input.dtype)
+    # [N, group, C / group, HxW]: statistics per (n, group), parameters per channel.
+    grouped = [N, group, -1, HxW]
+    x = ops.cast(ops.reshape(input, grouped), dtype)
+    dy = ops.cast(ops.reshape(grad_out, grouped), dtype)
+    mean = ops.cast(ops.reshape(mean, [N, group, 1, 1]), dtype)
+    rstd = ops.cast(ops.reshape(rstd, [N, group, 1, 1]), dtype)
+    normalized = ops.mul(ops.sub(x, mean), rstd)
+    grad_input = grad_weight = grad_bias = None
+    if want_input:
+        g = dy
+        if weight is not None:
+            gamma = ops.cast(ops.reshape(weight, [1, group, -1, 1]), dtype)
+            g = ops.mul(dy, gamma)
+        # One flattened axis per group for the means.
+        flat = [N, group, -1]
+        grad = _norm_input_grad(
+            ops.reshape(g, flat),
+            ops.reshape(normalized, flat),
+            ops.reshape(rstd, [N, group, 1]),
+        )
+        grad_input = ops.reshape(grad, list(input.shape))
+    if want_weight:
+        grad_weight = _sum_to(ops.mul(dy, normalized), [0, 3], [C])
+    if want_bias:
+        grad_bias = _sum_to(dy, [0, 3], [C])
+    return _like_meta([grad_input, grad_weight, grad_bias])

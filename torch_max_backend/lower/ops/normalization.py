@@ -1,0 +1,226 @@
+"""Normalization layers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from max.graph import Dim, TensorValue, ops
+
+from ...dtypes import accumulation_dtype, to_max_dtype
+from ..context import current
+from ..registry import lowering
+from ..scalars import as_tensor
+from ..shapes import empty_input, normalize_dim
+
+aten = torch.ops.aten
+
+
+def _moments_last(
+    x: TensorValue, eps: float
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """x - mean, mean and rstd over the last axis (kept dims; biased variance, as torch's)."""
+    mean = ops.mean(x, -1)
+    centered = ops.sub(x, mean)
+    variance = ops.mean(ops.mul(centered, centered), -1)
+    rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, x.dtype)))
+    return centered, mean, rstd
+
+
+def _normalize_last(
+    x: TensorValue, eps: float
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """(x - mean) * rstd over the last axis, with mean and rstd (kept dims)."""
+    centered, mean, rstd = _moments_last(x, eps)
+    return ops.mul(centered, rstd), mean, rstd
+
+
+@lowering(aten.native_layer_norm.default, supports=empty_input)
+def native_layer_norm(
+    input: TensorValue,
+    normalized_shape: Sequence[int],
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    eps: float,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)"""
+    k = len(normalized_shape)
+    lead = list(input.shape)[: input.rank - k]
+    # Normalize over the last k dims as one flattened dim.
+    normalized, mean, rstd = _normalize_last(ops.reshape(input, [*lead, -1]), eps)
+    out = ops.reshape(normalized, list(input.shape))
+    if weight is not None:
+        out = ops.mul(out, weight)
+    if bias is not None:
+        out = ops.add(out, bias)
+    stat_shape = [*lead] + [1] * k
+    return out, ops.reshape(mean, stat_shape), ops.reshape(rstd, stat_shape)
+
+
+def _channel_view(x: TensorValue, rank: int) -> TensorValue:
+    """A per-channel [C] vector shaped to broadcast over N, C, *spatial."""
+    return ops.reshape(x, [1, -1] + [1] * (rank - 2))
+
+
+@lowering(aten._native_batch_norm_legit_no_training.default)
+def batch_norm_inference(
+    input: TensorValue,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    running_mean: TensorValue,
+    running_var: TensorValue,
+    momentum: float,
+    eps: float,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor)"""
+    rank = input.rank
+    scale = ops.rsqrt(ops.add(running_var, as_tensor(eps, running_var.dtype)))
+    if weight is not None:
+        scale = ops.mul(scale, weight)
+    shift = ops.negate(ops.mul(running_mean, scale))
+    if bias is not None:
+        shift = ops.add(shift, bias)
+    twins = current().twins
+    twin = twins.twin(input)
+    if twin is not None:
+        # Channels last: the per-channel [C] vectors broadcast over the last dim.
+        out = twins.channels_first(ops.add(ops.mul(twin, scale), shift))
+    else:
+        out = ops.add(
+            ops.mul(input, _channel_view(scale, rank)), _channel_view(shift, rank)
+        )
+    # In inference torch returns empty saved statistics.
+    empty = ops.constant(np.zeros((0,), np.float32), input.dtype, device=input.device)
+    return out, empty, empty
+
+
+@lowering(aten.native_group_norm.default)
+def native_group_norm(
+    input: TensorValue,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    N: int | Dim,
+    C: int | Dim,
+    HxW: int | Dim,
+    group: int,
+    eps: float,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)"""
+    normalized, mean, rstd = _normalize_last(ops.reshape(input, [N, group, -1]), eps)
+    out = ops.reshape(normalized, list(input.shape))
+    if weight is not None:
+        out = ops.mul(out, _channel_view(weight, input.rank))
+    if bias is not None:
+        out = ops.add(out, _channel_view(bias, input.rank))
+    return out, ops.reshape(mean, [N, group]), ops.reshape(rstd, [N, group])
+
+
+def _training(node: torch.fx.Node) -> bool:
+    """The ``training`` argument of a ``_native_batch_norm_legit`` node."""
+    names = [a.name for a in node.target._schema.arguments]
+    position = names.index("training")
+    if position < len(node.args):
+        return bool(node.args[position])
+    return bool(node.kwargs.get("training"))
+
+
+def _training_only(node: torch.fx.Node) -> str | None:
+    """Training mode (evaluation mode without running statistics is an error in torch)."""
+    if not _training(node):
+        # torch raises too: without running statistics there is nothing to
+        # normalize with in evaluation mode.
+        return "batch norm in evaluation mode without running statistics"
+    return None
+
+
+@lowering(aten._native_batch_norm_legit.no_stats, supports=_training_only)
+def batch_norm_no_stats(
+    input: TensorValue,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)"""
+    # Batch statistics per channel (InstanceNorm, or BatchNorm without
+    # running stats); there is nothing to update, so momentum is unused.
+    rank = input.rank
+    dtype = accumulation_dtype(input.dtype)
+    x = ops.cast(input, dtype)
+    per_channel = ops.reshape(ops.permute(x, [1, 0, *range(2, rank)]), [x.shape[1], -1])
+    _, mean, rstd = _moments_last(per_channel, eps)
+    out = ops.mul(ops.sub(x, _channel_view(mean, rank)), _channel_view(rstd, rank))
+    if weight is not None:
+        out = ops.mul(out, _channel_view(ops.cast(weight, dtype), rank))
+    if bias is not None:
+        out = ops.add(out, _channel_view(ops.cast(bias, dtype), rank))
+    meta = current().out_meta
+    assert isinstance(meta, (list, tuple))
+    save_dtype = to_max_dtype(meta[1].dtype)
+    return (
+        ops.cast(out, input.dtype),
+        ops.cast(ops.reshape(mean, [-1]), save_dtype),
+        ops.cast(ops.reshape(rstd, [-1]), save_dtype),
+    )
+
+
+def _evaluation_only(node: torch.fx.Node) -> str | None:
+    """Evaluation mode; training mode updates running statistics in place, which torch.compile graphs never contain."""
+    if _training(node):
+        # Training mode updates running_mean and running_var in place; a MAX
+        # graph returns values and cannot write into its inputs. Functionalized
+        # graphs (every graph torch.compile hands us) use the functional
+        # variant instead, which torch decomposes.
+        return "batch norm in training mode updates its running statistics in place"
+    return None
+
+
+@lowering(aten._native_batch_norm_legit.default, supports=_evaluation_only)
+def batch_norm_legit_evaluation(
+    input: TensorValue,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    running_mean: TensorValue,
+    running_var: TensorValue,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """_native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) running_mean, Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)"""
+    # In evaluation mode nothing is mutated: the op is the inference form.
+    return batch_norm_inference(
+        input, weight, bias, running_mean, running_var, momentum, eps
+    )
+
+
+@lowering(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(
+    grad_w: TensorValue,
+    saved_v: TensorValue,
+    saved_g: TensorValue,
+    saved_norms: TensorValue,
+    dim: int,
+) -> tuple[TensorValue, TensorValue]:
+    """_weight_norm_interface_backward(Tensor grad_w, Tensor saved_v, Tensor saved_g, Tensor saved_norms, int dim) -> (Tensor, Tensor)"""
+    # w = g * v / |v|, the norm taken over every axis but ``dim``:
+    # dL/dg = <dL/dw, v> / |v| and dL/dv = g / |v| * (dL/dw - v <dL/dw, v> / |v|^2).
+    dtype = accumulation_dtype(saved_v.dtype)
+    v, grad, g, norms = (
+        ops.cast(t, dtype) for t in (saved_v, grad_w, saved_g, saved_norms)
+    )
+    keep = normalize_dim(dim, saved_v.rank)
+    dot = ops.mul(grad, v)
+    for axis in range(saved_v.rank):
+        if axis != keep:
+            dot = ops.sum(dot, axis)
+    grad_g = ops.div(dot, norms)
+    scale = ops.div(dot, ops.mul(norms, norms))
+    grad_v = ops.mul(ops.div(g, norms), ops.sub(grad, ops.mul(v, scale)))
+    meta = current().out_meta
+    assert isinstance(meta, (list, tuple))
+    return (
+        ops.cast(grad_v, to_max_dtype(meta[0].dtype)),
+        ops.cast(grad_g, to_max_dtype(meta[1].dtype)),
+    )

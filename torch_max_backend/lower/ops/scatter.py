@@ -1,0 +1,260 @@
+"""Element-wise gathers and scatters along a dim, and the *_scatter view updates.
+
+torch's gather/scatter pair index tensors with one entry per element; MAX's
+``gather_nd`` and ``scatter*`` take the same form once every coordinate is
+spelled out, so most lowerings here build coordinate tensors from iotas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from max.dtype import DType
+from max.graph import TensorValue, ops
+
+from ...dtypes import to_torch_dtype
+from ..context import current
+from ..registry import lowering
+from ..scalars import Operand, as_tensor
+from ..shapes import (
+    along,
+    broadcast_shape,
+    empty_input,
+    normalize_dim,
+    positions,
+    static_size,
+)
+
+aten = torch.ops.aten
+
+
+def _fit(src: TensorValue, like: TensorValue) -> TensorValue:
+    """``src`` cut to the shape of ``like`` (torch reads only that corner)."""
+    if all(
+        static_size(a) == static_size(b) and static_size(a) is not None
+        for a, b in zip(src.shape, like.shape, strict=True)
+    ):
+        return src
+    return src[tuple(slice(0, d) for d in like.shape)]
+
+
+def _index_with_elements(node: torch.fx.Node) -> str | None:
+    """An index with at least one element."""
+    return empty_input(node, 2)
+
+
+@lowering(aten.gather.default, supports=_index_with_elements)
+def gather(
+    self: TensorValue, dim: int, index: TensorValue, *, sparse_grad: bool = False
+) -> TensorValue:
+    """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor"""
+    if self.rank == 0:
+        return ops.reshape(self, list(index.shape))
+    axis = normalize_dim(dim, self.rank)
+    index = ops.cast(index, DType.int64)
+    coords = []
+    for d in range(index.rank):
+        if d == axis:
+            coords.append(index)
+        else:
+            iota = along(positions(index, d), d, index.rank)
+            coords.append(ops.broadcast_to(iota, list(index.shape)))
+    return ops.gather_nd(self, ops.stack(coords, axis=-1))
+
+
+def _scatter_with(
+    fn: Callable[..., TensorValue],
+    self: TensorValue,
+    dim: int,
+    index: TensorValue,
+    src: TensorValue,
+) -> TensorValue:
+    if self.rank == 0:
+        return ops.reshape(src, [])
+    axis = normalize_dim(dim, self.rank)
+    return fn(self, _fit(src, index), ops.cast(index, DType.int64), axis=axis)
+
+
+@lowering(aten.scatter.src)
+def scatter_src(
+    self: TensorValue, dim: int, index: TensorValue, src: TensorValue
+) -> TensorValue:
+    """scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor"""
+    return _scatter_with(ops.scatter, self, dim, index, as_tensor(src, self.dtype))
+
+
+@lowering(aten.scatter.value)
+def scatter_value(
+    self: TensorValue, dim: int, index: TensorValue, value: Operand
+) -> TensorValue:
+    """scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor"""
+    src = ops.broadcast_to(as_tensor(value, self.dtype), list(index.shape))
+    return _scatter_with(ops.scatter, self, dim, index, src)
+
+
+@lowering(aten.scatter_add.default)
+def scatter_add(
+    self: TensorValue, dim: int, index: TensorValue, src: TensorValue
+) -> TensorValue:
+    """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor"""
+    return _scatter_with(ops.scatter_add, self, dim, index, as_tensor(src, self.dtype))
+
+
+def _identity(reduce: str, dtype: DType) -> float | int:
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    big: float | int = (
+        float("inf") if dtype.is_float() else torch.iinfo(to_torch_dtype(dtype)).max
+    )
+    return -big if reduce == "amax" else big
+
+
+_REDUCERS: dict[str, Callable[..., TensorValue]] = {
+    "sum": ops.scatter_add,
+    "mean": ops.scatter_add,
+    "prod": ops.scatter_mul,
+    "amax": ops.scatter_max,
+    "amin": ops.scatter_min,
+}
+
+
+@lowering(aten.scatter_reduce.two)
+def scatter_reduce(
+    self: TensorValue,
+    dim: int,
+    index: TensorValue,
+    src: TensorValue,
+    reduce: str,
+    *,
+    include_self: bool = True,
+) -> TensorValue:
+    """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""
+    src = as_tensor(src, self.dtype)
+    base = self
+    if not include_self:
+        # Positions that receive values start from the reduction's identity.
+        fill = ops.broadcast_to(
+            as_tensor(_identity(reduce, self.dtype), self.dtype), list(index.shape)
+        )
+        base = _scatter_with(ops.scatter, self, dim, index, fill)
+    total = _scatter_with(_REDUCERS[reduce], base, dim, index, src)
+    if reduce != "mean":
+        return total
+    ones = ops.broadcast_to(as_tensor(1, self.dtype), list(index.shape))
+    start = as_tensor(1 if include_self else 0, self.dtype)
+    counts = _scatter_with(
+        ops.scatter_add, ops.broadcast_to(start, list(self.shape)), dim, index, ones
+    )
+    untouched = ops.equal(counts, as_tensor(0, self.dtype))
+    safe = ops.where(untouched, as_tensor(1, self.dtype), counts)
+    mean = ops.div(total, safe) if self.dtype.is_float() else ops.floor_div(total, safe)
+    return ops.where(untouched, self, mean)
+
+
+@lowering(aten.select_scatter.default)
+def select_scatter(
+    self: TensorValue, src: TensorValue, dim: int, index: int
+) -> TensorValue:
+    """select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor"""
+    axis = normalize_dim(dim, self.rank)
+    pos = positions(self, axis)
+    if index < 0:
+        size = ops.cast(
+            ops.shape_to_tensor([self.shape[axis]]).reshape([]), DType.int64
+        )
+        target = ops.add(size, as_tensor(index, DType.int64))
+    else:
+        target = as_tensor(index, DType.int64)
+    hit = along(ops.equal(pos, target), axis, self.rank)
+    update = ops.unsqueeze(as_tensor(src, self.dtype), axis)
+    return ops.where(hit, update, self)
+
+
+def _slice_bounds(
+    size: int | None, start: int | None, end: int | None
+) -> tuple[int, int]:
+    start = 0 if start is None else start
+    end = 2**62 if end is None else end
+    if size is not None:
+        # Python slicing: negatives count from the end, bounds clamp.
+        start = min(max(start + size if start < 0 else start, 0), size)
+        end = min(max(end + size if end < 0 else end, 0), size)
+    return start, min(end, 2**62)
+
+
+def _nonnegative_bounds(node: torch.fx.Node) -> str | None:
+    """On a symbolic dim, only non-negative static bounds."""
+    meta = node.args[0].meta["val"]
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    size = meta.shape[dim]
+    bounds = [a for a in node.args[3:5] if a is not None]
+    if not isinstance(size, int) and any(
+        not isinstance(b, int) or b < 0 for b in bounds
+    ):
+        return "slice_scatter with negative or symbolic bounds on a symbolic dim"
+    return None
+
+
+@lowering(aten.slice_scatter.default, supports=_nonnegative_bounds)
+def slice_scatter(
+    self: TensorValue,
+    src: TensorValue,
+    dim: int = 0,
+    start: int | None = None,
+    end: int | None = None,
+    step: int = 1,
+) -> TensorValue:
+    """slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""
+    axis = normalize_dim(dim, self.rank)
+    first, stop = _slice_bounds(static_size(self.shape[axis]), start, end)
+    pos = positions(self, axis)
+    offset = ops.sub(pos, as_tensor(first, DType.int64))
+    step_t = as_tensor(step, DType.int64)
+    inside = ops.logical_and(
+        ops.greater_equal(offset, as_tensor(0, DType.int64)),
+        ops.greater(as_tensor(stop, DType.int64), pos),
+    )
+    if step != 1:
+        on_step = ops.equal(ops.mod(offset, step_t), as_tensor(0, DType.int64))
+        inside = ops.logical_and(inside, on_step)
+    # Where each position of self reads src from (clamped where unused).
+    source = ops.floor_div(offset, step_t)
+    last = ops.cast(ops.shape_to_tensor([src.shape[axis]]).reshape([]), DType.int64)
+    source = ops.min(
+        ops.max(source, as_tensor(0, DType.int64)),
+        ops.sub(last, as_tensor(1, DType.int64)),
+    )
+    picked = ops.gather(as_tensor(src, self.dtype), source, axis=axis)
+    return ops.where(along(inside, axis, self.rank), picked, self)
+
+
+@lowering(aten.masked_scatter.default)
+def masked_scatter(
+    self: TensorValue, mask: TensorValue, source: TensorValue
+) -> TensorValue:
+    """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor"""
+    # The result takes the broadcast shape of self and mask, as torch's does.
+    shape = broadcast_shape([self, mask])
+    self = ops.broadcast_to(self, shape)
+    flat_mask = ops.reshape(ops.broadcast_to(mask, shape), [-1])
+    # The k-th true position takes source's k-th element: a running count.
+    taken = ops.cumsum(ops.cast(flat_mask, DType.int64), axis=0)
+    which = ops.max(
+        ops.sub(taken, as_tensor(1, DType.int64)), as_tensor(0, DType.int64)
+    )
+    picked = ops.gather(ops.reshape(as_tensor(source, self.dtype), [-1]), which, axis=0)
+    return ops.where(ops.reshape(flat_mask, shape), ops.reshape(picked, shape), self)
+
+
+@lowering(aten.nonzero.default)
+def nonzero(self: TensorValue) -> TensorValue:
+    """nonzero(Tensor self) -> Tensor"""
+    count = current().node.meta["val"].shape[0]
+    # torch names the data-dependent row count with an unbacked symbol; MAX
+    # takes a symbolic dim of the same name.
+    x = self if self.rank else ops.reshape(self, [1])
+    out = ops.nonzero(x, out_dim=str(count))
+    return out if self.rank else ops.reshape(out, [out.shape[0], 0])

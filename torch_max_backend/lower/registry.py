@@ -1,0 +1,244 @@
+"""The public op registry: exact ATen ``OpOverload`` -> function building MAX values.
+
+Lowerings are registered with ``@lowering(aten.x.overload, ...)``. Users may add
+or override entries at run time through ``MAPPING_TORCH_ATEN_TO_MAX``; the next
+compile reads the registry afresh, including the decomposition table derived
+from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._ops import OpOverload, OpOverloadPacket
+
+LoweringFn = Callable[..., Any]
+F = TypeVar("F", bound=LoweringFn)
+
+# Attribute names a lowering may carry; user functions need none of them.
+LIFTS_SCALARS = "_max_lifts_scalars"
+SUPPORTS = "_max_supports"
+RANDOM = "_max_random"
+STRATEGIES = "_max_strategies"
+
+# A capability check: given the FX node, the reason it is not covered, or None.
+SupportsFn = Callable[[torch.fx.Node], str | None]
+
+
+class LoweringRegistry(MutableMapping[OpOverload, LoweringFn]):
+    """A mapping keyed by exact ``OpOverload``.
+
+    An ``OpOverloadPacket`` key (``aten.tanh``) is accepted for convenience and
+    means its ``.default`` overload, or, when setting, every overload of the
+    packet that is already registered (``.default`` if none is). Keys are
+    therefore always of one kind.
+    """
+
+    def __init__(self) -> None:
+        self._table: dict[OpOverload, LoweringFn] = {}
+
+    def _overloads(self, key: object, *, setting: bool) -> list[OpOverload]:
+        if isinstance(key, OpOverload):
+            return [key]
+        if isinstance(key, OpOverloadPacket):
+            if setting:
+                registered = [
+                    getattr(key, name)
+                    for name in key.overloads()
+                    if getattr(key, name) in self._table
+                ]
+                if registered:
+                    return registered
+            if "default" not in key.overloads():
+                raise KeyError(
+                    f"{key} has no .default overload; use an exact overload "
+                    f"such as {key}.{key.overloads()[0]}"
+                )
+            return [key.default]
+        raise TypeError(
+            "MAPPING_TORCH_ATEN_TO_MAX keys are ATen operators such as "
+            f"torch.ops.aten.add.Tensor, got {type(key).__name__} {key!r}"
+        )
+
+    def __getitem__(self, key: object) -> LoweringFn:
+        return self._table[self._overloads(key, setting=False)[0]]
+
+    def __setitem__(self, key: object, fn: object) -> None:
+        # Typed ``object``: this is user input, validated here with a clear error.
+        if not callable(fn):
+            raise TypeError(f"the lowering for {key} must be callable, got {fn!r}")
+        for op in self._overloads(key, setting=True):
+            self._table[op] = fn
+
+    def __delitem__(self, key: object) -> None:
+        for op in self._overloads(key, setting=False):
+            del self._table[op]
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return self._overloads(key, setting=False)[0] in self._table
+        except (KeyError, TypeError):
+            return False
+
+    def __iter__(self) -> Iterator[OpOverload]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __repr__(self) -> str:
+        return f"<MAPPING_TORCH_ATEN_TO_MAX: {len(self)} ATen operators>"
+
+
+MAPPING_TORCH_ATEN_TO_MAX = LoweringRegistry()
+
+
+def lowering(
+    *ops: object,  # user input: checked below with a clear error
+    lift_scalars: bool = True,
+    supports: SupportsFn | None = None,
+    random: bool = False,
+) -> Callable[[F], F]:
+    """Register the decorated function as the MAX lowering of each exact overload.
+
+    Args:
+        ops: exact overloads, never packets, and each registered once.
+        lift_scalars: Python numbers in ``Scalar`` arguments reach the function
+            as ``ScalarArg`` graph inputs, so graphs differing only in such
+            constants share one compiled artifact. Off for ops whose scalars
+            decide shapes or need their value at build time.
+        supports: capability check for a lowering that covers only part of
+            its op; returns why a node is not covered, or None.
+        random: the op draws random numbers; its graph then takes a fresh
+            seed from torch's generator at every call.
+    """
+
+    def register(fn: F) -> F:
+        for op in ops:
+            if not isinstance(op, OpOverload):
+                raise TypeError(f"@lowering takes exact overloads, got {op!r}")
+            if op in MAPPING_TORCH_ATEN_TO_MAX:
+                raise ValueError(f"{op} is registered twice")
+            MAPPING_TORCH_ATEN_TO_MAX[op] = fn
+        setattr(fn, LIFTS_SCALARS, lift_scalars)
+        setattr(fn, SUPPORTS, supports)
+        setattr(fn, RANDOM, random)
+        return fn
+
+    return register
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way of lowering an op: tried in priority order, the first whose
+    ``supports`` passes on a node builds it.
+
+    ``supports`` returns why the strategy does not fit the node, or None; its
+    docstring's first line says what it covers (docs/ops.md prints it).
+    """
+
+    name: str
+    lower: LoweringFn
+    supports: SupportsFn | None = None
+
+    def reason(self, node: torch.fx.Node) -> str | None:
+        return None if self.supports is None else self.supports(node)
+
+
+def lowering_strategies(
+    *ops: object,
+    candidates: Sequence[Strategy],
+    supports: SupportsFn | None = None,
+    lift_scalars: bool = True,
+) -> LoweringFn:
+    """Register one lowering of ``ops`` that picks among ``candidates``.
+
+    ``supports`` checks what the op as a whole covers; a node it passes is
+    built by the first candidate (in the order given) whose own check passes.
+    A node no candidate fits is refused with each candidate's reason.
+    """
+    if not candidates:
+        raise ValueError("lowering_strategies needs at least one candidate")
+    ranked = tuple(candidates)
+
+    def check(node: torch.fx.Node) -> str | None:
+        if supports is not None:
+            reason = supports(node)
+            if reason is not None:
+                return reason
+        if chosen_strategy(ranked, node) is not None:
+            return None
+        return "; ".join(f"{s.name}: {s.reason(node)}" for s in ranked)
+
+    check.__doc__ = supports.__doc__ if supports is not None else None
+
+    def lower(*args: Any, **kwargs: Any) -> Any:
+        from .context import current
+
+        strategy = chosen_strategy(ranked, current().node)
+        assert strategy is not None  # the capability check ran first
+        return strategy.lower(*args, **kwargs)
+
+    lower.__name__ = lower.__qualname__ = ranked[0].lower.__name__
+    lower.__doc__ = ranked[0].lower.__doc__
+    lower.__module__ = ranked[0].lower.__module__
+    lowering(*ops, lift_scalars=lift_scalars, supports=check)(lower)
+    setattr(lower, STRATEGIES, ranked)
+    return lower
+
+
+def chosen_strategy(ranked: Sequence[Strategy], node: torch.fx.Node) -> Strategy | None:
+    return next((s for s in ranked if s.reason(node) is None), None)
+
+
+def strategies_of(fn: LoweringFn) -> tuple[Strategy, ...]:
+    """The ranked candidates of a lowering registered with several, else ()."""
+    return tuple(getattr(fn, STRATEGIES, ()))
+
+
+def strategy_for(fn: LoweringFn, node: torch.fx.Node) -> str | None:
+    """The name of the strategy that builds ``node``, for a lowering with several."""
+    chosen = chosen_strategy(strategies_of(fn), node)
+    return None if chosen is None else chosen.name
+
+
+def lifts_scalars(fn: LoweringFn) -> bool:
+    return bool(getattr(fn, LIFTS_SCALARS, False))
+
+
+def draws_random(fn: LoweringFn) -> bool:
+    return bool(getattr(fn, RANDOM, False))
+
+
+def unsupported_reason(fn: LoweringFn, node: torch.fx.Node) -> str | None:
+    check: SupportsFn | None = getattr(fn, SUPPORTS, None)
+    return None if check is None else check(node)
+
+
+# Non-core ops that AOTAutograd leaves in graphs and that PyTorch can
+# decompose into core ops (training-mode batch norm and its backward).
+_EXTRA_DECOMPOSITIONS = [
+    torch.ops.aten._native_batch_norm_legit_functional.default,
+    torch.ops.aten.native_batch_norm_backward.default,
+]
+
+
+def decomposition_table() -> dict[OpOverload, Callable[..., Any]]:
+    """Core ATen decompositions (and a few extra) minus every op we lower.
+
+    Read afresh at each compile so that user registrations take effect.
+    """
+    from .families import register_families
+
+    register_families()
+    table = dict(core_aten_decompositions().items())
+    table.update(get_decompositions(_EXTRA_DECOMPOSITIONS))
+    return {
+        op: fn
+        for op, fn in table.items()
+        if isinstance(op, OpOverload) and op not in MAPPING_TORCH_ATEN_TO_MAX
+    }

@@ -1,0 +1,21 @@
+"""What lowering produces and the runtime (and export) consume: plain data.
+
+A ``GraphPlan`` says, for one compiled MAX graph, where each MAX input comes
+from and how MAX's outputs become the values the FX graph returns. It imports
+neither torch nor MAX nor sympy, pickles, and can be sent to a worker process
+or written beside an exported graph.
+"""
+
+from .graph_plan import GraphPlan, InputKind, InputSource, OutputKind, OutputSlot
+from .size_expr import SizeExpr, SizeFunction, compile_size_expr
+
+__all__ = [
+    "GraphPlan",
+    "InputKind",
+    "InputSource",
+    "OutputKind",
+    "OutputSlot",
+    "SizeExpr",
+    "SizeFunction",
+    "compile_size_expr",
+]

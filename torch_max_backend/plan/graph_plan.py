@@ -1,0 +1,69 @@
+"""The plan of one MAX graph: its inputs' sources and its outputs' slots."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .size_expr import SizeExpr
+
+
+class InputKind(enum.Enum):
+    FX_INPUT = "fx_input"  # FX graph input number ``index``
+    CONSTANT = "constant"  # constant number ``index`` (a graph attribute, a scalar)
+    SEED = "seed"  # a fresh random seed from torch's generator at every call
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """Where one MAX input comes from at run time."""
+
+    kind: InputKind
+    index: int = -1
+
+
+class OutputKind(enum.Enum):
+    GRAPH = "graph"  # MAX output number ``index``
+    INPUT = "input"  # FX input number ``index`` itself
+    DIM = "dim"  # size ``dim`` of FX input ``index``
+    EXPR = "expr"  # the size expression ``expr`` of the FX inputs' sizes
+    CONST = "const"  # ``value``
+
+
+@dataclass(frozen=True)
+class OutputSlot:
+    """Where one value returned by the FX graph comes from at run time."""
+
+    kind: OutputKind
+    index: int = -1
+    dim: int = -1
+    value: int | float | bool | None = None
+    expr: SizeExpr | None = None
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """How the runtime calls one MAX graph like the FX graph it came from.
+
+    ``device`` is torch's device string ("cpu", "cuda:0"); ``mutated`` lists
+    the FX inputs the graph writes in place (MAX buffers): AOTAutograd's input
+    mutations, such as an optimizer's parameter and momentum updates.
+    """
+
+    device: str
+    inputs: tuple[InputSource, ...]
+    outputs: tuple[OutputSlot, ...]
+    mutated: tuple[int, ...] = field(default=())
+    num_graph_outputs: int = 0
+
+    @property
+    def results_only(self) -> bool:
+        """Whether the FX graph returns MAX's outputs as they are, in order."""
+        return (
+            not self.mutated
+            and len(self.outputs) == self.num_graph_outputs
+            and all(
+                slot.kind is OutputKind.GRAPH and slot.index == i
+                for i, slot in enumerate(self.outputs)
+            )
+        )
