@@ -216,20 +216,11 @@ def _over_unit_height(lower: Callable[..., TensorValue]) -> Callable[..., Tensor
         output_padding: Sequence[int],
         groups: int,
     ) -> TensorValue:
-        if weight.rank != 3:
-            return lower(
-                input,
-                weight,
-                bias,
-                stride,
-                padding,
-                dilation,
-                transposed,
-                output_padding,
-                groups,
-            )
-        input, weight = ops.unsqueeze(input, 2), ops.unsqueeze(weight, 2)
-        stride, padding, dilation = over_unit_height(stride, padding, dilation)
+        one_d = weight.rank == 3
+        if one_d:
+            input, weight = ops.unsqueeze(input, 2), ops.unsqueeze(weight, 2)
+            stride, padding, dilation = over_unit_height(stride, padding, dilation)
+            output_padding = [0, *output_padding]
         out = lower(
             input,
             weight,
@@ -238,10 +229,10 @@ def _over_unit_height(lower: Callable[..., TensorValue]) -> Callable[..., Tensor
             padding,
             dilation,
             transposed,
-            [0, *output_padding],
+            output_padding,
             groups,
         )
-        return ops.squeeze(out, 2)
+        return ops.squeeze(out, 2) if one_d else out
 
     return wrapped
 
