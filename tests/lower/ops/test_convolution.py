@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
 
-from torch_max_backend import UnsupportedOpsError, max_backend
+from torch_max_backend import (
+    MAPPING_TORCH_ATEN_TO_MAX,
+    UnsupportedOpsError,
+    max_backend,
+)
+from torch_max_backend.lower.families import register_families
+from torch_max_backend.lower.registry import strategy_for, unsupported_reason
 
 from .family_check import check_family
 from .helpers import check_against_eager
@@ -92,3 +101,87 @@ def test_transposed_3d_convolution_is_reported():
 
 def test_convolution_lowerings_build_for_every_opinfo_case():
     check_family("convolution")
+
+
+def _convolution_node(
+    conv: Callable[..., torch.Tensor], *inputs: torch.Tensor, mode: str = "fake"
+) -> torch.fx.Node:
+    """The aten.convolution node of ``conv`` traced (not built, not compiled)."""
+    traced = make_fx(conv, tracing_mode=mode, _allow_non_fake_inputs=True)(*inputs)
+    (node,) = [
+        n for n in traced.graph.nodes if n.target is torch.ops.aten.convolution.default
+    ]
+    return node
+
+
+def _t(*size: int, device: str = "cpu") -> Callable[[], torch.Tensor]:
+    """An input made when its case runs, not when the module is collected."""
+    return lambda: torch.zeros(size, device=device)
+
+
+# (case, expected strategy, convolution, its inputs): the im2col matmul takes
+# ungrouped 1-d and 2-d convolutions on the CPU whose filter has 2^20
+# elements or more or whose output has at most 16x16 pixels.
+CASES = [
+    ("2-d 32x32 output", "direct", lambda x, w: F.conv2d(x, w, padding=1),
+     (_t(1, 3, 32, 32), _t(8, 3, 3, 3))),
+    ("2-d 8x8 output", "im2col_matmul", lambda x, w: F.conv2d(x, w, stride=4),
+     (_t(1, 8, 32, 32), _t(8, 8, 3, 3))),
+    ("2-d 16x16 output", "im2col_matmul", F.conv2d,
+     (_t(1, 2, 18, 18), _t(2, 2, 3, 3))),
+    ("2-d 17x16 output", "direct", F.conv2d, (_t(1, 2, 19, 18), _t(2, 2, 3, 3))),
+    ("2-d grouped", "direct", lambda x, w: F.conv2d(x, w, groups=2),
+     (_t(1, 8, 10, 10), _t(8, 4, 3, 3))),
+    ("2-d filter of 2^20+", "im2col_matmul", lambda x, w: F.conv2d(x, w, padding=1),
+     (_t(1, 512, 32, 32), _t(512, 512, 3, 3))),
+    ("1-d 8 outputs", "im2col_matmul", F.conv1d, (_t(2, 4, 10), _t(8, 4, 3))),
+    ("1-d 998 outputs", "direct", F.conv1d, (_t(1, 4, 1000), _t(8, 4, 3))),
+    # A 1-d filter [O, C, k] is built as [O, C, 1, k]: the same element count.
+    ("1-d filter of 2^20", "im2col_matmul", F.conv1d,
+     (_t(1, 1024, 300), _t(1024, 1024, 1))),
+    ("1-d filter under 2^20", "direct", F.conv1d,
+     (_t(1, 1023, 300), _t(1024, 1023, 1))),
+    ("2-d transposed", "transposed",
+     lambda x, w: F.conv_transpose2d(x, w, stride=2),
+     (_t(1, 8, 4, 4), _t(8, 4, 2, 2))),
+    ("1-d transposed", "transposed", F.conv_transpose1d,
+     (_t(1, 8, 4), _t(8, 4, 2))),
+    ("3-d with a small output", "conv3d", F.conv3d,
+     (_t(1, 1, 4, 4, 4), _t(2, 1, 3, 3, 3))),
+    ("2-d 8x8 output off the CPU", "direct", lambda x, w: F.conv2d(x, w, stride=4),
+     (_t(1, 8, 32, 32, device="meta"), _t(8, 8, 3, 3, device="meta"))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("expected", "conv", "inputs"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_each_convolution_strategy_is_chosen_where_expected(expected, conv, inputs):
+    register_families()
+    lower = MAPPING_TORCH_ATEN_TO_MAX[torch.ops.aten.convolution.default]
+    node = _convolution_node(conv, *(make() for make in inputs))
+    assert unsupported_reason(lower, node) is None
+    assert strategy_for(lower, node) == expected
+
+
+@pytest.mark.parametrize(
+    ("height", "expected"), [(32, "im2col_matmul"), (68, "direct")]
+)
+def test_symbolic_sizes_choose_by_the_traced_output(height, expected):
+    # A graph with symbolic spatial sizes picks the strategy of its example
+    # (8x8 or 17x17 outputs here); a symbolic filter keeps MAX's kernel.
+    register_families()
+    lower = MAPPING_TORCH_ATEN_TO_MAX[torch.ops.aten.convolution.default]
+    weight = torch.zeros(8, 8, 3, 3)
+    x = torch.zeros(2, 8, height, height)
+    node = _convolution_node(
+        lambda x: F.conv2d(x, weight, stride=4), x, mode="symbolic"
+    )
+    assert not isinstance(node.meta["val"].shape[2], int)
+    assert strategy_for(lower, node) == expected
+    node = _convolution_node(
+        lambda x, w: F.conv2d(x, w, stride=4), x, weight, mode="symbolic"
+    )
+    assert strategy_for(lower, node) == "direct"
