@@ -8,6 +8,7 @@ helpers rather than each family indexing ``node.args`` its own way.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -30,9 +31,38 @@ def tensor_meta(value: object) -> torch.Tensor | None:
     return meta if isinstance(meta, torch.Tensor) else None
 
 
+def schema_args(node: torch.fx.Node) -> dict[str, Any]:
+    """The arguments a node passes, by their schema names (positional, then keywords)."""
+    names = (a.name for a in node.target._schema.arguments)
+    return dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
+
+
 def arg_meta(node: torch.fx.Node, index: int, name: str = "") -> torch.Tensor | None:
     """The fake tensor of argument ``index``/``name`` of ``node``, or None."""
     return tensor_meta(node_arg(node, index, name, None))
+
+
+def fake_tensor(value: object) -> torch.Tensor:
+    """The fake tensor of an FX value known to be a tensor (traced ones carry it)."""
+    meta = tensor_meta(value)
+    if meta is None:
+        raise TypeError(f"{value!r} carries no fake tensor in its meta")
+    return meta
+
+
+def arg_tensor(node: torch.fx.Node, index: int, name: str = "") -> torch.Tensor:
+    """The fake tensor of tensor argument ``index``/``name`` of ``node``."""
+    return fake_tensor(node_arg(node, index, name, None))
+
+
+def is_static(sizes: Iterable[object]) -> bool:
+    """Whether every size (or argument list entry) is a plain int, not symbolic."""
+    return all(isinstance(s, int) for s in sizes)
+
+
+def has_no_elements(meta: torch.Tensor) -> bool:
+    """Whether a fake tensor has a static size of 0."""
+    return any(isinstance(s, int) and s == 0 for s in meta.shape)
 
 
 def node_tensor_metas(node: torch.fx.Node) -> list[torch.Tensor]:
@@ -44,15 +74,24 @@ def node_tensor_metas(node: torch.fx.Node) -> list[torch.Tensor]:
 
 def has_symbolic_sizes(node: torch.fx.Node) -> bool:
     """Whether any tensor the node reads or makes has a symbolic size."""
-    return any(
-        not all(isinstance(s, int) for s in meta.shape)
-        for meta in node_tensor_metas(node)
-    )
+    return any(not is_static(meta.shape) for meta in node_tensor_metas(node))
 
 
 def size_hint(size: int | torch.SymInt) -> int | None:
     """A size, or the example value a symbolic size was traced with."""
     return size if isinstance(size, int) else size.node.hint
+
+
+def empty_input(node: torch.fx.Node, position: int = 0) -> str | None:
+    """An input with at least one element.
+
+    Refuses a node whose tensor argument ``position`` has no elements: MAX's reshape, tile and gather_nd refuse zero-size shapes that torch
+    accepts; such a node runs in PyTorch, where it costs nothing.
+    """
+    meta = tensor_meta(node.args[position])
+    if meta is not None and has_no_elements(meta):
+        return f"{node.target} of a tensor with no elements"
+    return None
 
 
 def all_of(*checks: SupportsFn) -> SupportsFn:

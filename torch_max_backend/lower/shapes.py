@@ -30,20 +30,6 @@ def max_dim(size: int | torch.SymInt, where: str) -> int | str:
     )
 
 
-def empty_input(node: torch.fx.Node, position: int = 0) -> str | None:
-    """An input with at least one element.
-
-    Refuses a node whose tensor argument ``position`` has no elements: MAX's reshape, tile and gather_nd refuse zero-size shapes that torch
-    accepts; such a node runs in PyTorch, where it costs nothing.
-    """
-    meta = node.args[position].meta.get("val")
-    if isinstance(meta, torch.Tensor) and any(
-        isinstance(s, int) and s == 0 for s in meta.shape
-    ):
-        return f"{node.target} of a tensor with no elements"
-    return None
-
-
 def normalize_dim(dim: int, rank: int) -> int:
     """A non-negative axis; a 0-d tensor accepts dims 0 and -1 as torch does."""
     bound = max(rank, 1)

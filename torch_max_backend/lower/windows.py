@@ -21,7 +21,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from .context import current
-from .kit import tensor_meta
+from .kit import arg_meta, fake_tensor, has_symbolic_sizes
 from .shapes import static_size
 
 # -- capability checks and sizes ---------------------------------------------
@@ -46,17 +46,12 @@ def static_sizes(node: torch.fx.Node) -> str | None:
     spatial ones set the tables, but reshapes over symbolic batch sizes are
     left unexercised).
     """
-    metas = [tensor_meta(a) for a in node.args if isinstance(a, torch.fx.Node)]
-    metas.append(tensor_meta(node))
-    for meta in metas:
-        if meta is not None and not all(isinstance(s, int) for s in meta.shape):
-            return "pooling with symbolic sizes"
-    return None
+    return "pooling with symbolic sizes" if has_symbolic_sizes(node) else None
 
 
 def floating_input(node: torch.fx.Node) -> str | None:
     """Floating-point inputs."""
-    meta = tensor_meta(node.args[0])
+    meta = arg_meta(node, 0)
     if meta is not None and not meta.dtype.is_floating_point:
         # torch averages integers with truncating integer division.
         return f"average pooling of {meta.dtype} tensors"
@@ -71,8 +66,7 @@ def indices_used(node: torch.fx.Node) -> bool:
 
 def out_spatial(n: int) -> list[int]:
     """The static spatial sizes of the current node's (first) result."""
-    meta = tensor_meta(current().node)
-    assert meta is not None
+    meta = fake_tensor(current().node)
     return [int(s) for s in meta.shape[-n:]]
 
 

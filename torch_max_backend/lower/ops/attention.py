@@ -15,6 +15,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 
+from ..kit import fake_tensor, schema_args
 from ..registry import lowering
 from ..scalars import as_tensor
 from ..shapes import positions, static_size
@@ -25,10 +26,10 @@ aten = torch.ops.aten
 def _no_dropout_same_heads(node: torch.fx.Node) -> str | None:
     """No dropout, and as many key/value heads as query heads."""
     names = [a.name for a in node.target._schema.arguments]
-    values = dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
+    values = schema_args(node)
     if values.get("dropout_p", 0.0):
         return "attention with dropout_p > 0"
-    q, k = (values[n].meta["val"] for n in names[:2])
+    q, k = (fake_tensor(values[n]) for n in names[:2])
     if q.shape[:-2] != k.shape[:-2]:
         return "attention with fewer key/value heads than query heads"
     return None

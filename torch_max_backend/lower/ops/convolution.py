@@ -12,7 +12,7 @@ from max.graph.type import ConvInputLayout, FilterLayout
 
 from ...kernels.library import SHIPPED, custom
 from ..context import current
-from ..kit import arg_meta, node_arg, size_hint, tensor_meta
+from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
 from ..registry import Strategy, lowering_strategies
 from ..shapes import SizeLike, static_size
 from ..transposed_conv import over_unit_height, pair, per_axis, transposed_conv2d
@@ -23,8 +23,7 @@ aten = torch.ops.aten
 def _covered(node: torch.fx.Node) -> str | None:
     """1-d, 2-d and 3-d convolutions; transposed ones in 1-d and 2-d with static channel and spatial sizes."""
     transposed = node_arg(node, 6, "transposed", False)
-    input, weight = arg_meta(node, 0, "input"), arg_meta(node, 1, "weight")
-    assert input is not None and weight is not None
+    input, weight = arg_tensor(node, 0, "input"), arg_tensor(node, 1, "weight")
     spatial = weight.dim() - 2
     if spatial not in (1, 2, 3):
         return f"{spatial}-d convolution (1-d, 2-d and 3-d are supported)"
@@ -32,7 +31,7 @@ def _covered(node: torch.fx.Node) -> str | None:
         if spatial == 3:
             return "3-d transposed convolution (1-d and 2-d are supported)"
         # The zero-spreading and cropping are sliced by static sizes.
-        if not all(isinstance(s, int) for s in (*input.shape[1:], *weight.shape)):
+        if not is_static((*input.shape[1:], *weight.shape)):
             return "transposed convolution with symbolic channel or spatial sizes"
     return None
 
@@ -159,9 +158,7 @@ def _conv2d_as_matmul(
 
 
 def _weight(node: torch.fx.Node) -> torch.Tensor:
-    meta = arg_meta(node, 1, "weight")
-    assert meta is not None
-    return meta
+    return arg_tensor(node, 1, "weight")
 
 
 def _transposed_node(node: torch.fx.Node) -> bool:
@@ -190,7 +187,7 @@ def matmul_pays(node: torch.fx.Node) -> str | None:
         return "not on the CPU (GPUs keep MAX's conv kernel)"
     if node_arg(node, 8, "groups", 1) != 1:
         return "grouped"
-    if not all(isinstance(s, int) for s in weight.shape):
+    if not is_static(weight.shape):
         return "symbolic filter sizes"
     if math.prod(weight.shape) >= _MATMUL_MIN_FILTER:
         return None

@@ -10,6 +10,7 @@ from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
 from ..context import current
+from ..kit import node_arg
 from ..registry import lowering
 from ..scalars import Operand, as_tensor, out_max_dtype
 from ..shapes import SizeLike
@@ -86,7 +87,7 @@ def _range_supported(node: torch.fx.Node) -> str | None:
         return None
     if not all(isinstance(a.meta.get("val"), torch.SymInt) for a in symbolic):
         return "arange with symbolic non-integer bounds"
-    step = node.args[2] if len(node.args) > 2 else 1
+    step = node_arg(node, 2, "step", 1)
     if not isinstance(step, int) or step <= 0:
         return "arange with symbolic bounds and a step that is not a positive constant"
     return None

@@ -15,6 +15,7 @@ from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import to_max_dtype
 from ..context import current
+from ..kit import fake_tensor, has_no_elements, node_arg, schema_args
 from ..registry import lowering
 from ..scalars import as_tensor
 from ..shapes import positions, static_size
@@ -48,16 +49,12 @@ def _meta() -> list[torch.Tensor]:
     return list(meta)
 
 
-def _is_empty(meta: torch.Tensor) -> bool:
-    return any(isinstance(s, int) and s == 0 for s in meta.shape)
-
-
 # -- embedding -------------------------------------------------------------------
 
 
 def _dense_embedding_grad(node: torch.fx.Node) -> str | None:
     """A padding_idx known at compile time."""
-    padding_idx = node.args[3] if len(node.args) > 3 else node.kwargs["padding_idx"]
+    padding_idx = node_arg(node, 3, "padding_idx", None)
     if not isinstance(padding_idx, int):
         return "embedding backward with a symbolic padding_idx"
     return None
@@ -165,14 +162,12 @@ def _bag_max(
 
 def _bag_supported(node: torch.fx.Node) -> str | None:
     """Flat (1-d) indices; max bags of at least one index; inference-only mean/max bags without include_last_offset."""
-    schema = node.target._schema
-    args = dict(zip((a.name for a in schema.arguments), node.args, strict=False))
-    args.update(node.kwargs)
+    args = schema_args(node)
     mode = args.get("mode", MODE_SUM)
-    indices = args["indices"].meta["val"]
+    indices = fake_tensor(args["indices"])
     if indices.dim() != 1:
         return "embedding bag with 2-d indices (torch.nn.functional flattens them)"
-    if mode == MODE_MAX and _is_empty(indices):
+    if mode == MODE_MAX and has_no_elements(indices):
         return "max embedding bag of no indices"
     if (
         node.target is aten._embedding_bag_forward_only.default
@@ -242,7 +237,7 @@ def embedding_bag(
         if mode == MODE_MEAN:
             max_indices = bag_size
     # The fast sum path of torch's kernel leaves offset2bag empty.
-    if _is_empty(meta[1]):
+    if has_no_elements(meta[1]):
         offset2bag = _filled(0, index_dtype, [0])
     else:
         offset2bag = ops.cast(bag, index_dtype)
@@ -251,9 +246,7 @@ def embedding_bag(
 
 def _bag_grad_supported(node: torch.fx.Node) -> str | None:
     """Dense gradients of flat (1-d) indices, without scale_grad_by_freq."""
-    schema = node.target._schema
-    args = dict(zip((a.name for a in schema.arguments), node.args, strict=False))
-    args.update(node.kwargs)
+    args = schema_args(node)
     if args.get("sparse", False):
         return "embedding bag with sparse gradients"
     if args["scale_grad_by_freq"]:
@@ -261,7 +254,7 @@ def _bag_grad_supported(node: torch.fx.Node) -> str | None:
         # indexes the sorted indices by unique-group number): no consistent
         # result to reproduce.
         return "embedding bag backward with scale_grad_by_freq"
-    if args["indices"].meta["val"].dim() != 1:
+    if fake_tensor(args["indices"]).dim() != 1:
         return "embedding bag backward with 2-d indices"
     return None
 
@@ -326,7 +319,7 @@ def embedding_bag_backward(
 
 def _sum_mode_only(node: torch.fx.Node) -> str | None:
     """Sum mode, the only one torch allows per_sample_weights in."""
-    mode = node.args[5] if len(node.args) > 5 else node.kwargs["mode"]
+    mode = node_arg(node, 5, "mode", None)
     if mode != MODE_SUM:
         return "per_sample_weights outside sum mode (torch raises)"
     return None

@@ -8,6 +8,7 @@ import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
+from ..kit import node_arg, tensor_meta
 from ..registry import lowering
 from ..scalars import as_tensor
 from ..shapes import broadcast_shape, normalize_dim
@@ -42,8 +43,8 @@ def index_select(self: TensorValue, dim: int, index: TensorValue) -> TensorValue
 
 def _tensor_indices_only(node: torch.fx.Node) -> str | None:
     """Integer index tensors only (boolean masks give data-dependent shapes)."""
-    for index in node.args[1]:
-        meta = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+    for index in node_arg(node, 1, "indices", ()):
+        meta = tensor_meta(index)
         if meta is not None and meta.dtype in (torch.bool, torch.uint8):
             return "boolean mask indices (data-dependent output shape)"
     return None

@@ -14,6 +14,7 @@ from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
 from ..context import current
+from ..kit import arg_tensor, is_static, node_arg
 from ..registry import lowering
 from ..transposed_conv import over_unit_height, pair, transposed_conv2d
 
@@ -56,22 +57,20 @@ def _sum_to(
 # -- convolution ---------------------------------------------------------------
 
 
-def _static(sizes: Sequence[object]) -> bool:
-    return all(isinstance(s, int) for s in sizes)
-
-
 def _conv_backward_covered(node: torch.fx.Node) -> str | None:
     """1-d and 2-d, non-transposed convolutions with static channel, kernel and spatial sizes."""
-    transposed = node.args[7]
+    transposed = node_arg(node, 7, "transposed", False)
     if transposed:
         return "transposed convolution"
-    grad, input, weight = (node.args[i].meta["val"] for i in range(3))
+    grad, input, weight = (arg_tensor(node, i) for i in range(3))
     if weight.dim() not in (3, 4):
         return f"{weight.dim() - 2}-d convolution (1-d and 2-d are supported)"
     # The batch may be symbolic; channels, kernel and spatial sizes decide
     # the slicing of the lowering.
     if not (
-        _static(input.shape[1:]) and _static(grad.shape[1:]) and _static(weight.shape)
+        is_static(input.shape[1:])
+        and is_static(grad.shape[1:])
+        and is_static(weight.shape)
     ):
         return "convolution backward with symbolic channel or spatial sizes"
     return None
@@ -230,7 +229,7 @@ def _static_channels(node: torch.fx.Node) -> str | None:
     """A channel count known at compile time."""
     # The channels split into groups by a reshape, which MAX cannot do for
     # a symbolic count (it would need C / group).
-    if not isinstance(node.args[1].meta["val"].shape[1], int):
+    if not isinstance(arg_tensor(node, 1).shape[1], int):
         return "group norm backward with a symbolic channel count"
     return None
 

@@ -9,6 +9,7 @@ import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
+from ..kit import arg_tensor
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor
 
@@ -76,7 +77,7 @@ def cdist(
 
 def _static_rows(node: torch.fx.Node) -> str | None:
     """A row count known at compile time."""
-    n = node.args[0].meta["val"].shape[0]
+    n = arg_tensor(node, 0).shape[0]
     return None if isinstance(n, int) else "_pdist_forward of a symbolic row count"
 
 

@@ -19,7 +19,7 @@ from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import to_torch_dtype
 from ..context import current
-from ..kit import node_arg, tensor_meta
+from ..kit import arg_meta, node_arg
 from ..registry import SupportsFn, lowering
 from ..windows import (
     batched,
@@ -95,7 +95,7 @@ def max_pool_nd(
 def _max_pool_supported(n: int) -> SupportsFn:
     def check(node: torch.fx.Node) -> str | None:
         """Non-bool inputs; static sizes for ceil mode, used indices or 3-d windows."""
-        meta = tensor_meta(node.args[0])
+        meta = arg_meta(node, 0)
         if meta is not None and meta.dtype == torch.bool:
             return "max pooling of bool tensors"
         ceil_mode = node_arg(node, 5, "ceil_mode", False)

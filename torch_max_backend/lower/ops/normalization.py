@@ -10,9 +10,10 @@ from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
 from ..context import current
+from ..kit import empty_input, schema_args
 from ..registry import lowering
 from ..scalars import as_tensor
-from ..shapes import empty_input, normalize_dim
+from ..shapes import normalize_dim
 
 aten = torch.ops.aten
 
@@ -118,11 +119,7 @@ def native_group_norm(
 
 def _training(node: torch.fx.Node) -> bool:
     """The ``training`` argument of a ``_native_batch_norm_legit`` node."""
-    names = [a.name for a in node.target._schema.arguments]
-    position = names.index("training")
-    if position < len(node.args):
-        return bool(node.args[position])
-    return bool(node.kwargs.get("training"))
+    return bool(schema_args(node).get("training"))
 
 
 def _training_only(node: torch.fx.Node) -> str | None:

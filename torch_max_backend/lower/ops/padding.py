@@ -13,6 +13,7 @@ import torch
 from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, ops
 
+from ..kit import arg_tensor, is_static, schema_args
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
 
@@ -41,9 +42,14 @@ def _crop_negative(
     return ops.slice_tensor(x, crops), [max(p, 0) for p in paddings]
 
 
+def _pads(node: torch.fx.Node) -> list[object]:
+    """The pad amounts (argument 1: ``pad`` or ``padding`` by the op)."""
+    args = schema_args(node)
+    return list(args["pad"] if "pad" in args else args["padding"])
+
+
 def _int_pads(node: torch.fx.Node) -> str | None:
-    pad = node.args[1]
-    if not all(isinstance(p, int) for p in pad):
+    if not is_static(_pads(node)):
         return "padding by symbolic amounts"
     return None
 
@@ -53,8 +59,8 @@ def _constant_pads(node: torch.fx.Node) -> str | None:
     reason = _int_pads(node)
     if reason is not None:
         return reason
-    shape = node.args[0].meta["val"].shape
-    pad = node.args[1]
+    shape = arg_tensor(node, 0).shape
+    pad = _pads(node)
     for i in range(len(pad) // 2):
         if min(pad[2 * i], pad[2 * i + 1]) < 0 and not isinstance(shape[-1 - i], int):
             return "cropping a symbolic dim by a negative pad"
@@ -64,7 +70,7 @@ def _constant_pads(node: torch.fx.Node) -> str | None:
 def _non_negative_pads(node: torch.fx.Node) -> str | None:
     """Static, non-negative pad amounts."""
     reason = _int_pads(node)
-    if reason is None and any(p < 0 for p in node.args[1]):
+    if reason is None and any(p < 0 for p in _pads(node)):
         # MAX's pad takes no negative amounts, and these are rare.
         return "reflection padding by negative amounts"
     return reason

@@ -15,8 +15,9 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ..context import current
+from ..kit import arg_tensor, empty_input, is_static, node_arg
 from ..registry import lowering
-from ..shapes import SizeLike, empty_input, normalize_dim, positions, static_size
+from ..shapes import SizeLike, normalize_dim, positions, static_size
 
 aten = torch.ops.aten
 
@@ -37,7 +38,7 @@ def flip(self: TensorValue, dims: Sequence[int]) -> TensorValue:
 
 def _no_zero_repeat(node: torch.fx.Node) -> str | None:
     """Every repeat count at least 1: MAX's tile makes no empty tensor."""
-    if any(isinstance(r, int) and r == 0 for r in node.args[1]):
+    if any(isinstance(r, int) and r == 0 for r in node_arg(node, 1, "repeats", ())):
         return "repeat with a count of 0 (an empty result)"
     return empty_input(node)
 
@@ -55,8 +56,7 @@ def repeat(self: TensorValue, repeats: Sequence[SizeLike]) -> TensorValue:
 
 def _static_input(node: torch.fx.Node) -> str | None:
     """Input sizes known at compile time."""
-    meta = node.args[0].meta["val"]
-    if not all(isinstance(s, int) for s in meta.shape):
+    if not is_static(arg_tensor(node, 0).shape):
         return f"{node.target} of a tensor with symbolic sizes"
     return None
 
@@ -114,10 +114,9 @@ def _view_of(
 ) -> tuple[list[object], list[object], object]:
     """(size, stride, storage_offset) as the node gives them (ints or nodes)."""
     first = 2 if scatter else 1
-    args = list(node.args[first:]) + [None] * 3
-    offset = args[2] if len(node.args) > first + 2 else None
-    offset = node.kwargs.get("storage_offset", offset)
-    return list(args[0]), list(args[1]), offset
+    size = node_arg(node, first, "size", None)
+    stride = node_arg(node, first + 1, "stride", None)
+    return list(size), list(stride), node_arg(node, first + 2, "storage_offset", None)
 
 
 def _strided_view(node: torch.fx.Node, scatter: bool) -> str | None:
@@ -127,12 +126,12 @@ def _strided_view(node: torch.fx.Node, scatter: bool) -> str | None:
     layout (torch's meta says it) maps storage positions to its elements, and
     a view reading storage outside them (another tensor's) cannot be built.
     """
-    meta = node.args[0].meta["val"]
+    meta = arg_tensor(node, 0)
     reason = _static_input(node)
     if reason:
         return reason
     size, stride, offset = _view_of(node, scatter)
-    if not all(isinstance(v, int) for v in [*size, *stride, offset or 0]):
+    if not is_static([*size, *stride, offset or 0]):
         return f"{node.target} with symbolic sizes, strides or offset"
     if _storage_order(meta) is None:
         return f"{node.target} of a tensor with overlapping or gapped strides"
@@ -153,7 +152,7 @@ def _storage_and_view(
 ) -> tuple[TensorValue, np.ndarray, list[int]]:
     """``x``'s elements in storage order (1-d), the position in it of each
     element of the view, and the storage order of ``x``'s dims."""
-    meta = current().node.args[0].meta["val"]
+    meta = arg_tensor(current().node, 0)
     order = _storage_order(meta)
     assert order is not None  # _strided_view
     # np.asarray: a 0-d view's positions minus an int are a numpy scalar.

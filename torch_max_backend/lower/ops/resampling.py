@@ -17,6 +17,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ..context import current
+from ..kit import arg_tensor, fake_tensor, is_static, node_arg
 from ..registry import lowering
 from ..scalars import as_tensor
 from ..shapes import static_size
@@ -30,8 +31,8 @@ _ZEROS, _BORDER, _REFLECTION = 0, 1, 2
 
 def _spatial_sizes_static(node: torch.fx.Node) -> str | None:
     """Static input and output spatial sizes."""
-    shapes = [node.args[0].meta["val"].shape[-2:], node.meta["val"].shape[-2:]]
-    if not all(isinstance(s, int) for shape in shapes for s in shape):
+    shapes = [arg_tensor(node, 0).shape[-2:], fake_tensor(node).shape[-2:]]
+    if not all(is_static(shape) for shape in shapes):
         return "resampling symbolic spatial sizes"
     return None
 
@@ -151,11 +152,10 @@ def upsample_bilinear2d(
 
 def _grid_sampler_covered(node: torch.fx.Node) -> str | None:
     """Bilinear and nearest modes over a static height and width."""
-    mode = node.args[2]
+    mode = node_arg(node, 2, "interpolation_mode", None)
     if mode not in (_BILINEAR, _NEAREST):
         return "grid sampling with bicubic interpolation"
-    shape = node.args[0].meta["val"].shape
-    if not all(isinstance(s, int) for s in shape[-2:]):
+    if not is_static(arg_tensor(node, 0).shape[-2:]):
         return "grid sampling an input of symbolic height or width"
     return None
 
@@ -287,7 +287,7 @@ def _pair(values: Sequence[int] | int) -> tuple[int, int]:
 
 def _static_output_size(node: torch.fx.Node) -> str | None:
     """A static output size."""
-    if not all(isinstance(s, int) for s in node.args[1]):
+    if not is_static(node_arg(node, 1, "output_size", ())):
         return "col2im to a symbolic output size"
     return None
 

@@ -15,12 +15,12 @@ from max.graph import TensorValue, ops
 
 from ...dtypes import to_torch_dtype
 from ..context import current
+from ..kit import arg_tensor, empty_input, fake_tensor, node_arg
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
 from ..shapes import (
     along,
     broadcast_shape,
-    empty_input,
     normalize_dim,
     positions,
     static_size,
@@ -187,10 +187,10 @@ def _slice_bounds(
 
 def _nonnegative_bounds(node: torch.fx.Node) -> str | None:
     """On a symbolic dim, only non-negative static bounds."""
-    meta = node.args[0].meta["val"]
-    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
-    size = meta.shape[dim]
-    bounds = [a for a in node.args[3:5] if a is not None]
+    meta = arg_tensor(node, 0)
+    size = meta.shape[node_arg(node, 2, "dim", 0)]
+    start, end = node_arg(node, 3, "start", None), node_arg(node, 4, "end", None)
+    bounds = [a for a in (start, end) if a is not None]
     if not isinstance(size, int) and any(
         not isinstance(b, int) or b < 0 for b in bounds
     ):
@@ -252,7 +252,7 @@ def masked_scatter(
 @lowering(aten.nonzero.default)
 def nonzero(self: TensorValue) -> TensorValue:
     """nonzero(Tensor self) -> Tensor"""
-    count = current().node.meta["val"].shape[0]
+    count = fake_tensor(current().node).shape[0]
     # torch names the data-dependent row count with an unbacked symbol; MAX
     # takes a symbolic dim of the same name.
     x = self if self.rank else ops.reshape(self, [1])

@@ -12,6 +12,7 @@ import torch
 from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import to_max_dtype
+from ..kit import arg_tensor
 from ..registry import lowering
 from ..scalars import as_tensor, out_max_dtype, result_dtype
 from ..shapes import SizeLike, normalize_dim, static_size
@@ -184,7 +185,7 @@ def _same_device(node: torch.fx.Node) -> str | None:
     device = node.kwargs.get("device")
     if device is None:
         return None
-    source = node.args[0].meta["val"].device
+    source = arg_tensor(node, 0).device
     if torch.device(device) != source:
         return f"copy between devices ({source} -> {device})"
     return None

@@ -10,6 +10,7 @@ import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
+from ..kit import arg_tensor, node_arg
 from ..registry import lowering
 from ..shapes import normalize_dim, static_size
 
@@ -33,12 +34,12 @@ def _select(
 
 def _static_axis(node: torch.fx.Node) -> str | None:
     """The sorted dim has a size known at compile time."""
-    meta = node.args[0].meta["val"]
+    meta = arg_tensor(node, 0)
     if meta.dim() == 0:
         return None
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)
+    dim = node_arg(node, 1, "dim", -1)
     if node.target is aten.topk.default:
-        dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", -1)
+        dim = node_arg(node, 2, "dim", -1)
     if not isinstance(meta.shape[normalize_dim(dim, meta.dim())], int):
         return f"{node.target} along a symbolic dim"
     return None

@@ -13,6 +13,7 @@ import torch
 from max.graph import Dim, StaticDim, TensorValue, ops
 
 from ..context import current
+from ..kit import arg_tensor, fake_tensor, is_static, node_arg
 from ..registry import lowering
 from ..shapes import SizeLike, normalize_dim
 
@@ -49,7 +50,7 @@ def _contiguous_or_known(node: torch.fx.Node) -> str | None:
     """Values torch knows at compile time, or strides of contiguous tensors."""
     if _known(node.meta.get("val")) is not None:
         return None
-    meta = node.args[0].meta["val"]
+    meta = arg_tensor(node, 0)
     if node.target is aten.sym_stride.int and meta.is_contiguous():
         return None
     return f"{node.target} of a tensor whose layout is only known at run time"
@@ -84,10 +85,10 @@ def sym_is_contiguous(
 def _not_an_input(node: torch.fx.Node) -> str | None:
     """Graph intermediates with static sizes (not the caller's tensors)."""
     target = node.args[0]
-    meta = target.meta["val"]
+    meta = fake_tensor(target)
     if isinstance(target, torch.fx.Node) and target.op == "placeholder":
         return "resize_ of a graph input (its storage belongs to the caller)"
-    if not all(isinstance(s, int) for s in [*meta.shape, *node.args[1]]):
+    if not is_static([*meta.shape, *node_arg(node, 1, "size", ())]):
         return "resize_ with symbolic sizes"
     return None
 
