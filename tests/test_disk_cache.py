@@ -4,6 +4,7 @@ failed compile or a wrong result; a second process loads instead of compiling.""
 from __future__ import annotations
 
 import pytest
+import torch
 from max.engine import InferenceSession
 from max.engine.api import CompiledModel
 from max.graph import Graph
@@ -13,6 +14,9 @@ from torch_max_backend.runtime.model_table import ModelTable
 
 COMPILED = CompiledModel.__new__(CompiledModel)
 GRAPH = Graph("empty", input_types=[])
+# Compile workers take CPU graphs only; a graph for any other device compiles
+# in this process, through the session given.
+IN_PROCESS = torch.device("cuda")
 
 
 class FlakySession(InferenceSession):
@@ -40,7 +44,8 @@ def test_corrupt_entry_is_removed_and_the_graph_compiled_again(tmp_path, monkeyp
     entry.write_bytes(b"truncated")
     flaky = FlakySession(str(entry))
     with pytest.warns(RuntimeWarning, match="cache entry .*entry is corrupt"):
-        assert session._compile_healing_cache(flaky, GRAPH) is COMPILED
+        healed = session._compile_healing_cache(flaky, GRAPH, IN_PROCESS)
+        assert healed.result() is COMPILED
     assert flaky.loads == 2
     assert not entry.exists()
 
@@ -51,7 +56,7 @@ def test_files_outside_max_cache_are_never_removed(tmp_path, monkeypatch):
     precious.write_bytes(b"data")
     flaky = FlakySession(str(precious))
     with pytest.raises(RuntimeError, match="Failed to compile"):
-        session._compile_healing_cache(flaky, GRAPH)
+        session._compile_healing_cache(flaky, GRAPH, IN_PROCESS).result()
     assert precious.exists()
     assert flaky.loads == 1
 

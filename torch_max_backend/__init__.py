@@ -51,6 +51,9 @@ _EXPORTS = {
     "KernelBuildError": ".kernels.library",
     "MojoLibrary": ".kernels.library",
     "mojo_op": ".kernels.mojo_op",
+    "wait_compiled": ".background",
+    "save_artifacts": ".storage.bundle",
+    "load_artifacts": ".storage.bundle",
     "export": ".aot.exporter",
     "load": ".aot.runner",
 }
@@ -62,7 +65,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'torch_max_backend' has no attribute {name!r}")
-    if module not in (".aot.runner", ".runtime.stats"):
+    if module not in (".aot.runner", ".runtime.stats", ".storage.bundle"):
         # The registry is complete whichever name is asked for first, so a
         # user's entry is never met by a family registering the same op.
         importlib.import_module(".lower.families", __name__).register_families()

@@ -9,8 +9,10 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -20,6 +22,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import logs
+from .background import compile_in_background
 from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning, Placement, needs_torch, settle, split_and_compile
 from .fallback import warn as warn_fallback
@@ -27,14 +30,17 @@ from .logs import show_on_stderr
 from .lower.builder import BuiltGraph, build_graph, check_supported
 from .lower.families import register_families
 from .lower.registry import decomposition_table
+from .runtime.compile_workers import worker_count
 from .runtime.compiled_graph import CompiledGraph
 from .runtime.profile import GraphStats, ProfiledCompiledGraph
 from .runtime.progress import compile_progress, wanted
-from .runtime.session import compile_graph
+from .runtime.session import compile_graph_async
+from .runtime.stats import add_pending
 from .runtime.stats import record as record_stats
 from .settings import Settings
 
 _graph_ids = itertools.count()
+_BUILD_LOCK = threading.Lock()
 _graphs_log = logs.get_logger("graphs")
 _compile_log = logs.get_logger("compile")
 
@@ -53,8 +59,7 @@ def compile_aten_graph(
     MAX's compiler rejects runs in PyTorch. ``settings.strict`` raises instead.
     """
     name = f"{kind}_{next(_graph_ids)}"
-    placement = Placement(settings)
-    if settings.strict and needs_torch(gm, placement):
+    if settings.strict and needs_torch(gm, Placement(settings)):
         check_supported([gm])
     if settings.verbose:
         show_on_stderr("graphs", logging.DEBUG)
@@ -64,6 +69,28 @@ def compile_aten_graph(
             name,
             gm.print_readable(print_output=False),
         )
+    worker_count(settings.compile_workers)  # the first compile fixes it
+    if settings.background_compile:
+        return compile_in_background(
+            name,
+            gm,
+            lambda copied: _compile(copied, settings, name),
+            strict=settings.strict,
+            verbose=settings.verbose,
+        )
+    add_pending(1)
+    try:
+        return _compile(gm, settings, name)
+    finally:
+        add_pending(-1)
+
+
+def _compile(
+    gm: torch.fx.GraphModule, settings: Settings, name: str
+) -> Callable[[list], list]:
+    """``gm`` on MAX: whole, split around ops that run in PyTorch, or (when
+    MAX cannot take it and not ``strict``) in PyTorch."""
+    placement = Placement(settings)
     builds = _Builds()
     try:
         whole = settle(gm, placement, builds.build)
@@ -76,14 +103,14 @@ def compile_aten_graph(
             gm,
             placement,
             name,
-            lambda block, block_name: _compile_max(
+            lambda block, block_name: _start_max(
                 block, builds.build(block), settings, block_name
             ),
         )
         warn_fallback(report, settings)
         return make_boxed_func(split.forward)
     try:
-        return _compile_max(gm, whole, settings, name)
+        return _wait(_start_max(gm, whole, settings, name), gm, settings, name)
     except MaxCompilerError as e:
         if settings.strict:
             raise
@@ -107,7 +134,9 @@ class _Builds:
             # AOTAutograd calls compilers under its fake mode; constants and
             # scalar inputs must be real tensors.
             start = time.perf_counter()
-            with unset_fake_temporarily():
+            # One build at a time: background builders and the caller's
+            # thread share MAX's graph-building context.
+            with _BUILD_LOCK, unset_fake_temporarily():
                 built = build_graph(gm)
             record_stats(graphs_built=1, build_seconds=time.perf_counter() - start)
             self._built[key] = built
@@ -128,33 +157,70 @@ def _in_pytorch(
     return make_boxed_func(gm.forward)
 
 
-def _compile_max(
+def _start_max(
     gm: torch.fx.GraphModule, built: BuiltGraph, settings: Settings, name: str
-) -> CompiledGraph:
-    """One ATen graph, every op of which MAX can run, as one MAX graph."""
+) -> Future[CompiledGraph]:
+    """Start compiling one ATen graph, every op of which MAX can run, as one
+    MAX graph; the future raises ``MaxCompilerError`` when MAX refuses it."""
     if _graphs_log.isEnabledFor(logging.DEBUG):
         _graphs_log.debug("torch-max-backend: MAX graph %s:\n%s", name, built.graph)
     start = time.perf_counter()
-    model = None
-    token = None
-    cached = True
+    ready: Future[CompiledGraph] = Future()
+    nodes = len(gm.graph.nodes)
+
+    def finish(loaded: Future | None) -> None:
+        model = token = None
+        cached = True
+        try:
+            if loaded is not None:
+                try:
+                    model, record, token = loaded.result()
+                except Exception as e:
+                    raise MaxCompilerError(
+                        f"MAX failed to compile graph {name} ({nodes} FX nodes) "
+                        f"for {built.device}: {type(e).__name__}: {e}\n"
+                        "Set TORCH_MAX_BACKEND_VERBOSE=1 to print the graphs."
+                    ) from e
+                cached = record.cached
+            ready.set_result(
+                _compiled_graph(built, settings, name, model, token, cached, start)
+            )
+        except BaseException as e:
+            ready.set_exception(e)
+
     # A graph that returns nothing and writes nothing (its outputs are inputs,
     # sizes or constants) needs no MAX model at all.
     if built.plan.num_graph_outputs or built.plan.mutated:
-        ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-        label = f"graph {name} ({ops} ATen ops, {built.device})"
-        try:
-            with compile_progress(label, enabled=wanted(settings.verbose)):
-                model, record, token = compile_graph(
-                    built.graph, built.device, keep=settings.max_cached_graphs
-                )
-        except Exception as e:
-            raise MaxCompilerError(
-                f"MAX failed to compile graph {name} ({len(gm.graph.nodes)} FX "
-                f"nodes) for {built.device}: {type(e).__name__}: {e}\n"
-                "Set TORCH_MAX_BACKEND_VERBOSE=1 to print the graphs."
-            ) from e
-        cached = record.cached
+        compile_graph_async(
+            built.graph, built.device, keep=settings.max_cached_graphs
+        ).add_done_callback(finish)
+    else:
+        finish(None)
+    return ready
+
+
+def _wait(
+    ready: Future[CompiledGraph],
+    gm: torch.fx.GraphModule,
+    settings: Settings,
+    name: str,
+) -> CompiledGraph:
+    """The compiled graph, with the progress line while it compiles."""
+    ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    label = f"graph {name} ({ops} ATen ops)"
+    with compile_progress(label, enabled=not ready.done() and wanted(settings.verbose)):
+        return ready.result()
+
+
+def _compiled_graph(
+    built: BuiltGraph,
+    settings: Settings,
+    name: str,
+    model: object,
+    token: object,
+    cached: bool,
+    start: float,
+) -> CompiledGraph:
     seconds = time.perf_counter() - start
     if settings.profile:
         show_on_stderr("compile", logging.INFO)
@@ -216,4 +282,9 @@ def max_backend(
         partition_fn=functools.partial(_checked_partition, strict=settings.strict),
         keep_inference_input_mutations=True,
     )
+    if settings.background_compile:
+        # The backward's compile starts with the forward's, instead of at
+        # the first backward: both compile while the step runs in PyTorch.
+        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+            return backend(gm, example_inputs)
     return backend(gm, example_inputs)

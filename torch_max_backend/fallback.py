@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,12 +239,14 @@ def split_and_compile(
     gm: torch.fx.GraphModule,
     placement: Placement,
     name: str,
-    compile_block: Callable[[torch.fx.GraphModule, str], Callable[[list], list]],
+    compile_block: Callable[[torch.fx.GraphModule, str], Future],
 ) -> tuple[torch.fx.GraphModule, SplitReport]:
     """``gm`` with each large enough supported block replaced by its MAX graph.
 
-    ``compile_block(block, block_name)`` compiles one block; a block it refuses
-    with ``MaxCompilerError`` runs in PyTorch and is named in the report.
+    ``compile_block(block, block_name)`` starts compiling one block and
+    returns a future of its callable; a block it refuses with
+    ``MaxCompilerError`` (at once or from the future) runs in PyTorch and is
+    named in the report.
     """
     settings = placement.settings
     report = SplitReport(name)
@@ -266,19 +269,29 @@ def split_and_compile(
             reasons.setdefault(str(node.target), "in a small block")
     report.torch_ops = {k: [counts[k], reasons[k]] for k in counts}
     split = blocks.fuse_partitions(kept, prefix="max_block_")
+    # Every block's compile starts before any is waited for: they compile
+    # side by side when there are several compile workers.
+    started: list[tuple[str, torch.fx.GraphModule, Future | MaxCompilerError]] = []
     for node in list(split.graph.nodes):
         if node.op != "call_module" or not str(node.target).startswith("max_block_"):
             continue
         block = getattr(split, node.target)
         block_name = f"{name}.{node.target.removeprefix('max_block_')}"
         try:
-            compiled = compile_block(block, block_name)
+            started.append((node.target, block, compile_block(block, block_name)))
+        except MaxCompilerError as e:
+            started.append((node.target, block, e))
+    for target, block, compiling in started:
+        try:
+            if isinstance(compiling, MaxCompilerError):
+                raise compiling
+            compiled = compiling.result()
         except MaxCompilerError as e:
             if settings.strict:
                 raise
             report.failed_blocks.append(first_line(e))
             continue
-        setattr(split, node.target, _MaxBlock(compiled, _returns_tuple(block)))
+        setattr(split, target, _MaxBlock(compiled, _returns_tuple(block)))
         report.max_blocks += 1
     keep_eager_layouts(split)
     split.recompile()

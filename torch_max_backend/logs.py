@@ -16,6 +16,8 @@ import logging
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 ROOT = "torch_max_backend"
@@ -76,6 +78,26 @@ def _printed(logger: logging.Logger | None) -> bool:
     return False
 
 
+_collecting = threading.local()
+
+
+@contextmanager
+def collect_warnings() -> Iterator[list[tuple[str, type[Warning]]]]:
+    """Keep this thread's ``warn`` calls in a list instead of warning.
+
+    A graph compiled in the background warns from a thread the user never
+    sees; its warnings are kept and given again on the caller's thread, at
+    the graph's next call (background.py), where the user's filters apply.
+    """
+    kept: list[tuple[str, type[Warning]]] = []
+    outer = getattr(_collecting, "kept", None)
+    _collecting.kept = kept
+    try:
+        yield kept
+    finally:
+        _collecting.kept = outer
+
+
 def warn(
     message: str,
     category: type[Warning],
@@ -85,4 +107,8 @@ def warn(
 ) -> None:
     """A Python warning (users filter those) that is logged as well."""
     get_logger(logger).warning(message)
+    kept = getattr(_collecting, "kept", None)
+    if kept is not None:
+        kept.append((message, category))
+        return
     warnings.warn(message, category, stacklevel=stacklevel + 1)

@@ -68,6 +68,15 @@ class Settings:
             runs (least recently used go first), and how many entries the
             compile log and the profile table keep. Process-wide: the
             latest compile's value applies.
+        background_compile: run a graph in PyTorch (the ATen graph
+            AOTAutograd produced) while its MAX graph is built and compiled
+            off the caller's thread, and switch its calls to MAX once the
+            compiled graph is loaded (background.py). Off by default: see
+            the README's "Background compilation".
+        compile_workers: how many worker processes compile MAX graphs at
+            once; 1 compiles in the calling process. None chooses from the
+            usable cores and memory (runtime/compile_workers.py).
+            Process-wide: the first compile fixes it.
     """
 
     verbose: bool = False
@@ -76,6 +85,8 @@ class Settings:
     min_block_size: int = 5
     torch_executed_ops: frozenset[str] = frozenset()
     max_cached_graphs: int = 256
+    background_compile: bool = False
+    compile_workers: int | None = None
 
     # Environment variables for each field; the older PYTORCH_ spelling is kept.
     _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -85,6 +96,8 @@ class Settings:
         "min_block_size": ("TORCH_MAX_BACKEND_MIN_BLOCK_SIZE",),
         "torch_executed_ops": ("TORCH_MAX_BACKEND_TORCH_EXECUTED_OPS",),
         "max_cached_graphs": ("TORCH_MAX_BACKEND_MAX_CACHED_GRAPHS",),
+        "background_compile": ("TORCH_MAX_BACKEND_BACKGROUND_COMPILE",),
+        "compile_workers": ("TORCH_MAX_BACKEND_COMPILE_WORKERS",),
     }
 
     @classmethod
@@ -141,10 +154,12 @@ def op_name(op: object) -> str:
     )
 
 
-_INT_OPTIONS = ("min_block_size", "max_cached_graphs")
+_INT_OPTIONS = ("min_block_size", "max_cached_graphs", "compile_workers")
 
 
 def _option(key: str, value: object) -> object:
+    if key == "compile_workers" and value is None:
+        return None  # chosen from the machine
     if key in _INT_OPTIONS:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise TypeError(

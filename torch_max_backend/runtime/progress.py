@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
@@ -71,3 +71,57 @@ def compile_progress(
             elapsed = time.perf_counter() - start
             out.write(f"\rtorch-max-backend: compiled {label} in {elapsed:.1f}s\n")
             out.flush()
+
+
+class BackgroundProgress:
+    """``torch-max-backend: N graph(s) compiling in the background...``.
+
+    Shown while background compiles are pending (same rules as
+    ``compile_progress``: a terminal, or ``verbose``), once a second, and
+    closed with a line once every one has finished.
+    """
+
+    def __init__(
+        self,
+        pending: Callable[[], int],
+        *,
+        interval: float = 1.0,
+        stream: Stream | None = None,
+    ) -> None:
+        self._pending = pending
+        self._interval = interval
+        self._stream = stream
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self, verbose: bool) -> None:
+        """Show the line until nothing is pending, unless it shows already."""
+        out = self._stream or sys.stderr
+        if not wanted(verbose, out):
+            return
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(
+                target=self._tick,
+                args=(out,),
+                name="max-background-progress",
+                daemon=True,
+            )
+            self._thread.start()
+
+    def _tick(self, out: Stream) -> None:
+        start = time.perf_counter()
+        while (pending := self._pending()) > 0:
+            elapsed = time.perf_counter() - start
+            out.write(
+                f"\rtorch-max-backend: {pending} graph(s) compiling in the "
+                f"background, running in PyTorch meanwhile... {elapsed:.0f}s"
+            )
+            out.flush()
+            time.sleep(self._interval)
+        elapsed = time.perf_counter() - start
+        out.write(
+            f"\rtorch-max-backend: background compiles finished in {elapsed:.1f}s\n"
+        )
+        out.flush()

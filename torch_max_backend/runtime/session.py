@@ -2,8 +2,8 @@
 
 A structure seen before in this process costs nothing to "compile" again (an
 in-process table); one compiled by an earlier process is read back from the
-artifact we saved (storage/artifacts.py), else MAX's compiler answers from its
-own disk cache.
+artifact we saved (storage/artifacts.py), else MAX's compiler (in a worker
+process, compile_workers.py) answers from its own disk cache.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import hashlib
 import re
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from .. import logs
 from ..storage.artifacts import artifact_path, read_artifact, write_artifact
 from ..storage.cache_dir import cache_root
 from . import stats
+from .compile_workers import start_compile
 from .devices import max_device
 from .model_table import BoundedLog, Hold, ModelTable
 
@@ -38,11 +40,16 @@ class CompileRecord:
     from_disk: bool = False  # loaded from MAX's disk cache, not compiled
     # Mojo kernel libraries the graph loads (custom kernels), if any.
     kernel_libraries: tuple[str, ...] = ()
+    # time.perf_counter() when the compile was asked for: compiles that
+    # overlap ran side by side (compile_workers.py).
+    started: float = 0.0
 
 
 _LOCK = threading.Lock()
 # (graph key, device) -> loaded model; bounded (model_table.py).
 MODELS: ModelTable[Model] = ModelTable()
+# (graph key, device) -> its load under way, shared by concurrent requests.
+_LOADING: dict[tuple[str, str], Future[tuple[Model, bool]]] = {}
 COMPILE_LOG: BoundedLog[CompileRecord] = BoundedLog()
 
 
@@ -74,19 +81,24 @@ def _corrupt_cache_file(error: BaseException) -> Path | None:
     return None
 
 
-def _compile_healing_cache(session: InferenceSession, graph: Graph) -> CompiledModel:
-    """``session.compile``, recompiling when MAX finds its cached artifact corrupt.
+def _compile_healing_cache(
+    session: InferenceSession, graph: Graph, device: torch.device
+) -> Future[CompiledModel]:
+    """A compile of ``graph``, started again once when MAX finds its cached
+    artifact corrupt.
 
     MAX verifies a cached artifact's hash and fails the compile when it does
     not match (a truncated write, a disk error); it does not recompile by
     itself. The blamed file is removed and the graph compiled afresh, once.
     """
-    try:
-        return session.compile(graph)
-    except Exception as e:
-        path = _corrupt_cache_file(e)
+    healed: Future[CompiledModel] = Future()
+
+    def retry(done: Future[CompiledModel]) -> None:
+        error = done.exception()
+        path = None if error is None else _corrupt_cache_file(error)
         if path is None:
-            raise
+            _settle(healed, done)
+            return
         logs.warn(
             f"torch-max-backend: MAX's cache entry {path} is corrupt; "
             "removing it and compiling the graph again",
@@ -95,7 +107,20 @@ def _compile_healing_cache(session: InferenceSession, graph: Graph) -> CompiledM
             stacklevel=2,
         )
         path.unlink(missing_ok=True)
-        return session.compile(graph)
+        start_compile(session, graph, device).add_done_callback(
+            lambda again: _settle(healed, again)
+        )
+
+    start_compile(session, graph, device).add_done_callback(retry)
+    return healed
+
+
+def _settle(target: Future, source: Future) -> None:
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
 
 
 def _artifact_count() -> int:
@@ -104,66 +129,114 @@ def _artifact_count() -> int:
     return sum(1 for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
 
 
-def _load(
-    session: InferenceSession, graph: Graph, text: str, device: str
-) -> tuple[Model, bool]:
+def _start_load(
+    session: InferenceSession, graph: Graph, text: str, device: torch.device
+) -> Future[tuple[Model, bool]]:
     """The model of ``graph``, and whether it came from a disk cache.
 
-    Our saved artifact first (milliseconds), else MAX's compiler, which
-    itself answers from its disk cache when it compiled the graph before.
+    Our saved artifact first (milliseconds, read here), else MAX's compiler
+    (a worker process, or this process off the caller's thread), which itself
+    answers from its disk cache when it compiled the graph before.
     """
-    path = artifact_path(text, device)
+    loaded: Future[tuple[Model, bool]] = Future()
+    path = artifact_path(text, str(device))
     model = read_artifact(session, path)
     if model is not None:
-        return model, True
+        loaded.set_result((model, True))
+        return loaded
     # MAX does not say whether it compiled or loaded; a load writes no new
-    # artifact. (Another process compiling at the same time can make a load
-    # look like a compile, never the reverse.)
+    # artifact. (Another compile at the same time can make a load look like
+    # a compile, never the reverse.)
     before = _artifact_count()
-    compiled = _compile_healing_cache(session, graph)
-    from_disk = _artifact_count() == before
-    write_artifact(compiled, path)
-    return session.init(compiled), from_disk
+
+    def init(done: Future[CompiledModel]) -> None:
+        try:
+            compiled = done.result()
+            from_disk = _artifact_count() == before
+            write_artifact(compiled, path)
+            loaded.set_result((session.init(compiled), from_disk))
+        except BaseException as e:
+            loaded.set_exception(e)
+
+    _compile_healing_cache(session, graph, device).add_done_callback(init)
+    return loaded
 
 
 def compile_graph(
     graph: Graph, device: torch.device, *, keep: int | None = None
 ) -> tuple[Model, CompileRecord, Hold]:
+    """The loaded MAX model of ``graph``; see ``compile_graph_async``."""
+    return compile_graph_async(graph, device, keep=keep).result()
+
+
+def compile_graph_async(
+    graph: Graph, device: torch.device, *, keep: int | None = None
+) -> Future[tuple[Model, CompileRecord, Hold]]:
     """The loaded MAX model of ``graph``, compiled at most once per process
     while it stays in the table of ``keep`` most recently used models.
 
-    The ``Hold`` keeps the model in that table while it lives: the caller
-    keeps it as long as it may run the model.
+    Returns at once; the compile runs in a worker process or off the
+    caller's thread (compile_workers.py). Two requests for one graph share
+    its compile. The ``Hold`` keeps the model in that table while it lives:
+    the caller keeps it as long as it may run the model.
     """
     text = str(graph)  # a few ms for a large graph: once per compile
-    key = graph_key(text)
-    cache_key = (key, str(device))
+    cache_key = (graph_key(text), str(device))
+    libraries = tuple(str(p) for p in graph.kernel_libraries_paths)
     start = time.perf_counter()
-    from_disk = False
-    with _LOCK:  # MAX serializes compiles anyway; this also guards the table
+    result: Future[tuple[Model, CompileRecord, Hold]] = Future()
+    with _LOCK:
         if keep is not None:
             MODELS.resize(keep)
             COMPILE_LOG.resize(keep)
-        model = MODELS.get(cache_key)
-        cached = model is not None
-        if model is None:
-            model, from_disk = _load(session_for(device), graph, text, str(device))
-            MODELS.put(cache_key, model, held=True)
-            token = MODELS.hold(cache_key, already_counted=True)
-        else:
-            token = MODELS.hold(cache_key)
-    libraries = tuple(str(p) for p in graph.kernel_libraries_paths)
-    record = CompileRecord(
-        cache_key, time.perf_counter() - start, cached, from_disk, libraries
-    )
-    COMPILE_LOG.append(record)
-    if cached:
-        stats.record(cache_hits=1)
+        loading = _LOADING.get(cache_key)
+        first = loading is None and MODELS.get(cache_key) is None
+        if first:
+            loading = _start_load(session_for(device), graph, text, device)
+            _LOADING[cache_key] = loading
+
+    def finish(done: Future[tuple[Model, bool]] | None) -> None:
+        try:
+            with _LOCK:
+                if first:
+                    _LOADING.pop(cache_key, None)
+                found = done.result() if done is not None else None
+                model = MODELS.get(cache_key)
+                if model is None:
+                    if found is None:  # evicted meanwhile: load it again
+                        found = _start_load(
+                            session_for(device), graph, text, device
+                        ).result()
+                    model = found[0]
+                    MODELS.put(cache_key, model, held=True)
+                    token = MODELS.hold(cache_key, already_counted=True)
+                else:
+                    token = MODELS.hold(cache_key)
+            from_disk = bool(found and found[1])
+            record = CompileRecord(
+                cache_key,
+                time.perf_counter() - start,
+                not first,
+                from_disk,
+                libraries,
+                start,
+            )
+            COMPILE_LOG.append(record)
+            if first:
+                stats.record(
+                    max_compiles=1,
+                    disk_cache_hits=int(from_disk),
+                    kernel_graphs=int(bool(libraries)),
+                    compile_seconds=record.seconds,
+                )
+            else:
+                stats.record(cache_hits=1)
+            result.set_result((model, record, token))
+        except BaseException as e:
+            result.set_exception(e)
+
+    if loading is None:
+        finish(None)
     else:
-        stats.record(
-            max_compiles=1,
-            disk_cache_hits=int(from_disk),
-            kernel_graphs=int(bool(libraries)),
-            compile_seconds=record.seconds,
-        )
-    return model, record, token
+        loading.add_done_callback(finish)
+    return result

@@ -1,7 +1,8 @@
 """Process-wide compile statistics: what compiling cost, and what the caches saved.
 
-``compile_stats()`` returns a snapshot; ``reset_compile_stats()`` starts over.
-Counters are updated under the compile lock, never on the per-call path.
+``compile_stats()`` returns a snapshot; ``reset_compile_stats()`` starts over,
+except for ``pending``, a gauge of compiles still running. Counters are
+updated under a lock, never on the per-call path of a graph running on MAX.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ class CompileStats:
         kernel_graphs: of ``max_compiles``, the graphs that load Mojo kernel
             libraries (custom kernels); a graph without custom ops loads none.
         build_seconds: time spent lowering ATen graphs to MAX graphs.
-        compile_seconds: time spent in MAX's compiler and loader.
+        compile_seconds: time spent in MAX's compiler and loader (summed
+            over compiles, which may overlap in worker processes).
+        eager_calls: calls of a graph that ran in PyTorch while its MAX
+            graph was still compiling in the background.
+        pending: ATen graphs whose MAX graphs are not ready yet (queued,
+            building or compiling); a gauge that a reset does not zero.
     """
 
     graphs_built: int = 0
@@ -38,15 +44,25 @@ class CompileStats:
     kernel_graphs: int = 0
     build_seconds: float = 0.0
     compile_seconds: float = 0.0
+    eager_calls: int = 0
+    pending: int = 0
 
 
 _lock = threading.Lock()
 _stats = CompileStats()
+_pending = 0
 
 
 def compile_stats() -> CompileStats:
     """A snapshot of the process's compile statistics."""
-    return _stats
+    return dataclasses.replace(_stats, pending=_pending)
+
+
+def add_pending(change: int) -> None:
+    """Count ATen graphs that started (+1) or finished (-1) compiling."""
+    global _pending
+    with _lock:
+        _pending += change
 
 
 def reset_compile_stats() -> None:

@@ -1,0 +1,181 @@
+"""Where MAX graphs compile: worker processes, or the calling process.
+
+MAX's compiler runs one graph at a time per process (a lock in
+``max/engine/api.py``) on one thread, and a cold compile costs 15-60 s and
+1-2 GiB. Graphs ready at the same time (a step's forward and backward, the
+blocks around a fallback, several models compiling in the background) are
+therefore compiled in worker processes: they run side by side, and the
+compiler's memory lives in the workers, not in the user's process. A worker
+writes the compiled artifact to a file (MAX's ``ProcessCompilePool``); this
+process only maps it.
+
+The number of workers is process-wide and fixed by the first compile:
+``compile_workers`` (``TORCH_MAX_BACKEND_COMPILE_WORKERS``), else one per
+usable core (the process's affinity, not the machine's count) as far as
+available memory allows 2 GiB a worker. With one worker, graphs compile in
+this process, one at a time, as MAX does by itself. Graphs for accelerators
+compile in this process too: workers compile for the CPU only here.
+
+A process that exits normally first finishes the compiles it started (their
+artifacts are saved for the next run), instead of discarding them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from max.engine import InferenceSession
+from max.engine.api import CompiledModel
+from max.graph import Graph
+
+from .. import logs
+
+# What one compile worker may take at its peak (measured 1.6-2.4 GiB of
+# resident memory for a cold compile of the suite's models).
+WORKER_MEMORY = 2 * 2**30
+
+logger = logs.get_logger("compile")
+
+_lock = threading.Lock()
+_workers: int | None = None
+_in_process: ThreadPoolExecutor | None = None
+_pool: object = None  # max.experimental.compile_pool.ProcessCompilePool
+_unfinished: set[Future] = set()
+_exit_hook_installed = False
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """Bytes this process could still take: the lower of the machine's
+    available memory and the room left under a cgroup limit; None if unknown."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(used))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def default_workers() -> int:
+    """One worker per usable core, as far as memory allows ``WORKER_MEMORY`` each."""
+    cores = usable_cores()
+    memory = available_memory()
+    by_memory = cores if memory is None else memory // WORKER_MEMORY
+    return max(1, min(cores, by_memory))
+
+
+def worker_count(requested: int | None = None) -> int:
+    """The process's number of compile workers; the first call fixes it."""
+    global _workers
+    with _lock:
+        if _workers is None:
+            _workers = requested or default_workers()
+            logger.info("torch-max-backend: %d compile worker(s)", _workers)
+        elif requested is not None and requested != _workers:
+            logger.debug(
+                "torch-max-backend: compile_workers=%d ignored: this process "
+                "already compiles with %d",
+                requested,
+                _workers,
+            )
+        return _workers
+
+
+def start_compile(
+    session: InferenceSession, graph: Graph, device: torch.device
+) -> Future[CompiledModel]:
+    """Compile ``graph`` for ``device``: in a worker process when there are
+    several workers and the device is the CPU, else in this process (one
+    compile at a time, off the caller's thread)."""
+    workers = worker_count()
+    if workers > 1 and device.type == "cpu":
+        future = _worker_pool(workers).compile(graph)
+    else:
+        future = _in_process_executor().submit(session.compile, graph)
+    track(future)
+    return future
+
+
+def _in_process_executor() -> ThreadPoolExecutor:
+    global _in_process
+    with _lock:
+        if _in_process is None:
+            _in_process = ThreadPoolExecutor(1, thread_name_prefix="max-compile")
+        return _in_process
+
+
+def _worker_pool(workers: int) -> object:
+    global _pool
+    with _lock:
+        if _pool is None:
+            from max.driver import DeviceSpec
+            from max.experimental.compile_pool import ProcessCompilePool
+
+            _pool = ProcessCompilePool(
+                device_specs=[DeviceSpec.cpu()], max_workers=workers
+            )
+            _install_exit_hook()
+        return _pool
+
+
+def track(future: Future) -> None:
+    """Count ``future`` among the work a normal exit finishes first."""
+    workers = worker_count()
+    if workers > 1:
+        _worker_pool(workers)  # its exit hook must come before ours
+    with _lock:
+        _install_exit_hook()
+        _unfinished.add(future)
+    future.add_done_callback(_forget)
+
+
+def _forget(future: Future) -> None:
+    with _lock:
+        _unfinished.discard(future)
+
+
+def _install_exit_hook() -> None:
+    global _exit_hook_installed
+    if not _exit_hook_installed:
+        # Threading's exit hooks run when the main thread ends, last
+        # registered first: this one runs before the worker pool's, which
+        # discards unfinished compiles, and before executors stop.
+        threading._register_atexit(finish_unfinished)  # type: ignore[attr-defined]
+        _exit_hook_installed = True
+
+
+def finish_unfinished() -> None:
+    """Wait until every tracked compile (and what it starts) has finished."""
+    while True:
+        with _lock:
+            futures = list(_unfinished)
+        if not futures:
+            return
+        logger.info(
+            "torch-max-backend: finishing %d compile(s) before exiting", len(futures)
+        )
+        for future in futures:
+            # A failure is reported by whoever waits on the future.
+            with contextlib.suppress(BaseException):
+                future.result()
