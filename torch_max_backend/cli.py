@@ -3,6 +3,7 @@
 torch-max-backend ops [--write docs/ops.md]   the ATen ops lowered to MAX
 torch-max-backend doctor                       versions and MAX devices
 torch-max-backend cache [--clear]              MAX's disk caches: place, size
+torch-max-backend cache pack|unpack FILE       compiled graphs to/from a bundle
 torch-max-backend export --model M:F ...       a model to a MAX package
 torch-max-backend run --model PKG ...          run a package (imports no torch)
 """
@@ -101,6 +102,25 @@ def _cache(clear: bool) -> str:
     return tabulate(rows, headers=["directory", "holds", "files", "MiB"])
 
 
+def _cache_bundle(action: str, file: Path) -> int:
+    from .storage.bundle import BundleError, install, save_artifacts
+
+    try:
+        if action == "pack":
+            bundle = save_artifacts(file, everything=True)
+            print(
+                f"packed {bundle.artifacts} compiled graph(s) and "
+                f"{bundle.kernel_files} kernel file(s) into {bundle.path} "
+                f"({bundle.bytes / 2**20:.1f} MiB)"
+            )
+        else:
+            print(f"installed {install(file)} compiled graph(s) from {file}")
+    except BundleError as e:
+        print(f"torch-max-backend: cannot {action} {file}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torch-max-backend")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -111,6 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     cache_parser.add_argument(
         "--clear", action="store_true", help="delete them (the next compiles are cold)"
     )
+    cache_parser.add_argument(
+        "action",
+        nargs="?",
+        choices=["pack", "unpack"],
+        help="pack: write every compiled graph of the installed MAX to FILE; "
+        "unpack: install the graphs of FILE (another machine of the same kind)",
+    )
+    cache_parser.add_argument("file", nargs="?", type=Path, help="the bundle")
     from .cli_aot import add_parsers, export_command, run_command
 
     add_parsers(sub)
@@ -126,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sys.stdout.write(text)
     elif args.command == "cache":
+        if args.action is not None:
+            if args.file is None or args.clear:
+                parser.error(f"cache {args.action} takes a FILE and no --clear")
+            return _cache_bundle(args.action, args.file)
         print(_cache(args.clear))
     else:
         print(_doctor())

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 
 from max.engine import InferenceSession, Model
@@ -28,10 +29,34 @@ from .. import logs
 from .cache_dir import own_cache_dir
 
 
+def device_dir(device: str) -> str:
+    """The directory name of ``device``'s artifacts: ``cpu``, ``cuda-0``."""
+    return device.replace(":", "-")
+
+
 def artifact_path(graph_text: str, device: str) -> Path:
     """Where the artifact of a graph compiled for ``device`` lives."""
     digest = hashlib.sha256(f"{device}\n{graph_text}".encode()).hexdigest()
-    return own_cache_dir() / f"{digest}.mef"
+    return own_cache_dir() / device_dir(device) / f"{digest}.mef"
+
+
+# Artifacts this process compiled or loaded, oldest first: what
+# ``save_artifacts`` bundles. Bounded, as every process-wide table.
+_USED: OrderedDict[Path, None] = OrderedDict()
+USED_LIMIT = 65536
+
+
+def note_used(path: Path) -> None:
+    """Remember that this process ran the artifact at ``path``."""
+    _USED[path] = None
+    _USED.move_to_end(path)
+    while len(_USED) > USED_LIMIT:
+        _USED.popitem(last=False)
+
+
+def used_artifacts() -> list[Path]:
+    """The artifacts this process compiled or loaded that are still on disk."""
+    return [p for p in list(_USED) if p.is_file()]
 
 
 def read_artifact(session: InferenceSession, path: Path) -> Model | None:
@@ -43,7 +68,9 @@ def read_artifact(session: InferenceSession, path: Path) -> Model | None:
     if not path.is_file():
         return None
     try:
-        return session.init(read(path))
+        model = session.init(read(path))
+        note_used(path)
+        return model
     except Exception as e:  # MAX raises RuntimeError for a bad artifact
         logs.warn(
             f"torch-max-backend: the compiled graph {path} cannot be loaded "
@@ -66,6 +93,7 @@ def write_artifact(compiled: CompiledModel, path: Path) -> None:
         try:
             compiled.export_mef(tmp)
             os.replace(tmp, path)
+            note_used(path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)

@@ -1,0 +1,93 @@
+"""Compile workers: graphs ready together compile side by side in worker
+processes, the number of workers follows the usable cores and memory, and a
+normal exit finishes the compiles it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torch_max_backend.runtime import compile_workers
+
+# Two graphs of different structures compiled in the background, cold (an
+# empty cache directory), then a third started just before the process ends.
+_CHILD = """
+import json, sys, torch
+import torch_max_backend as tmb
+from torch_max_backend.runtime import compile_workers
+from torch_max_backend.runtime.session import COMPILE_LOG
+
+options = {"background_compile": True}
+first = torch.compile(lambda x: torch.sin(x) * 3 + 1, backend="max", options=options)
+second = torch.compile(lambda x: torch.cos(x).sum(0) - 2, backend="max", options=options)
+x = torch.randn(4, 5)
+torch.testing.assert_close(first(x), torch.sin(x) * 3 + 1)
+torch.testing.assert_close(second(x), torch.cos(x).sum(0) - 2)
+assert tmb.wait_compiled(timeout=600)
+records = [r for r in COMPILE_LOG if not r.cached]
+spans = [(r.started, r.started + r.seconds, r.from_disk) for r in records]
+stats = tmb.compile_stats()
+print(json.dumps({"workers": compile_workers.worker_count(), "spans": spans,
+                  "eager_calls": stats.eager_calls, "max_compiles": stats.max_compiles}))
+sys.stdout.flush()
+third = torch.compile(lambda x: torch.tanh(x) / 2 - x, backend="max", options=options)
+torch.testing.assert_close(third(x), torch.tanh(x) / 2 - x)
+"""
+
+
+def _child_env(cache: Path, workers: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MODULAR_DERIVED_PATH"] = str(cache)
+    env["TORCH_MAX_BACKEND_COMPILE_WORKERS"] = str(workers)
+    return env
+
+
+def test_two_graphs_compile_side_by_side_and_exit_finishes_the_third(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD],
+        env=_child_env(tmp_path, 2),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["workers"] == 2
+    assert report["max_compiles"] == 2 and report["eager_calls"] == 2
+    (a_start, a_end, a_disk), (b_start, b_end, b_disk) = report["spans"]
+    assert not a_disk and not b_disk  # real compiles, from an empty cache
+    # Side by side: each began before the other ended.
+    assert a_start < b_end and b_start < a_end
+    # The third graph's compile was finished at exit and its artifact saved.
+    artifacts = list((tmp_path / "cache" / "torch_max_backend").rglob("*.mef"))
+    assert len(artifacts) == 3
+
+
+def test_default_workers_follow_affinity_and_memory(monkeypatch):
+    monkeypatch.setattr(compile_workers, "usable_cores", lambda: 8)
+    monkeypatch.setattr(compile_workers, "available_memory", lambda: 5 * 2**30)
+    assert compile_workers.default_workers() == 2  # 2 GiB a worker
+    monkeypatch.setattr(compile_workers, "available_memory", lambda: 64 * 2**30)
+    assert compile_workers.default_workers() == 8
+    monkeypatch.setattr(compile_workers, "available_memory", lambda: 2**30)
+    assert compile_workers.default_workers() == 1
+    monkeypatch.setattr(compile_workers, "available_memory", lambda: None)
+    assert compile_workers.default_workers() == 8
+
+
+def test_usable_cores_is_the_affinity_mask():
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no affinity masks on this platform")
+    assert compile_workers.usable_cores() == len(os.sched_getaffinity(0))
+
+
+def test_the_first_compile_fixes_the_worker_count(monkeypatch):
+    monkeypatch.setattr(compile_workers, "_workers", None)
+    assert compile_workers.worker_count(3) == 3
+    assert compile_workers.worker_count(1) == 3  # fixed for the process
+    assert compile_workers.worker_count() == 3
