@@ -40,6 +40,7 @@ ROOMS: dict[str, str] = {
     "aot.runner": "export_runner",
     "aot.exporter": "export",
     "backend": "backend",
+    "background": "backend",
     "cli": "cli",
     "cli_aot": "cli",
     "": "api",  # the package's __init__: public names, imported lazily

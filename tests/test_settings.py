@@ -47,3 +47,24 @@ def test_runtime_type_checks_flag_internal_bugs():
         pytest.skip("TORCH_MAX_BACKEND_BEARTYPE=0")
     with pytest.raises(InternalTypeError, match="internal error in torch-max-backend"):
         normalize_dim("0", 2)
+
+
+def test_background_and_worker_options(monkeypatch):
+    for name in (
+        "TORCH_MAX_BACKEND_BACKGROUND_COMPILE",
+        "TORCH_MAX_BACKEND_COMPILE_WORKERS",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    defaults = Settings.resolve()
+    assert defaults.background_compile is False and defaults.compile_workers is None
+    chosen = Settings.resolve({"background_compile": True, "compile_workers": 3})
+    assert chosen.background_compile and chosen.compile_workers == 3
+    monkeypatch.setenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE", "1")
+    monkeypatch.setenv("TORCH_MAX_BACKEND_COMPILE_WORKERS", "2")
+    from_env = Settings.resolve({"compile_workers": 3})
+    assert from_env.background_compile and from_env.compile_workers == 2
+    with pytest.raises(TypeError, match="'compile_workers' must be an int >= 1"):
+        Settings.resolve({"compile_workers": 0})
+    monkeypatch.setenv("TORCH_MAX_BACKEND_COMPILE_WORKERS", "many")
+    with pytest.raises(ValueError, match="COMPILE_WORKERS='many' is not an integer"):
+        Settings.resolve()
