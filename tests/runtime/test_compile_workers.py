@@ -91,3 +91,39 @@ def test_the_first_compile_fixes_the_worker_count(monkeypatch):
     assert compile_workers.worker_count(3) == 3
     assert compile_workers.worker_count(1) == 3  # fixed for the process
     assert compile_workers.worker_count() == 3
+
+
+_KILLED = """
+import os, signal, time, torch
+import torch_max_backend as tmb
+from torch_max_backend.runtime import compile_workers
+
+fn = torch.compile(lambda x: torch.exp(x) + 5, backend="max",
+                   options={"background_compile": True})
+x = torch.randn(3, 4)
+torch.testing.assert_close(fn(x), torch.exp(x) + 5)
+deadline = time.monotonic() + 60
+while not compile_workers._pool._executor._processes:
+    assert time.monotonic() < deadline
+    time.sleep(0.1)
+time.sleep(1.0)  # the worker has the graph now
+for process in list(compile_workers._pool._executor._processes.values()):
+    os.kill(process.pid, signal.SIGKILL)
+assert tmb.wait_compiled(timeout=600)
+torch.testing.assert_close(fn(x), torch.exp(x) + 5)
+print("compiles", tmb.compile_stats().max_compiles)
+"""
+
+
+def test_a_killed_worker_is_replaced_and_the_graph_compiled_again(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", _KILLED],
+        env=_child_env(tmp_path, 2),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "a compile worker died; compiling the graph again" in done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "compiles 1"
+    assert "runs in PyTorch" not in done.stderr  # it did reach MAX

@@ -26,6 +26,7 @@ import contextlib
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import torch
@@ -110,11 +111,72 @@ def start_compile(
     compile at a time, off the caller's thread)."""
     workers = worker_count()
     if workers > 1 and device.type == "cpu":
-        future = _worker_pool(workers).compile(graph)
+        future = _in_worker(graph, workers, retry=True)
     else:
         future = _in_process_executor().submit(session.compile, graph)
     track(future)
     return future
+
+
+def _in_worker(graph: Graph, workers: int, *, retry: bool) -> Future[CompiledModel]:
+    """``graph`` compiled by the worker pool; a pool whose worker died (killed
+    for memory, say) is replaced and the graph compiled again, once."""
+    pool = _worker_pool(workers)
+    try:
+        first = pool.compile(graph)  # type: ignore[attr-defined]
+    except BrokenProcessPool:
+        _drop_pool(pool)
+        if not retry:
+            raise
+        return _in_worker(graph, workers, retry=False)
+    if not retry:
+        return first
+    result: Future[CompiledModel] = Future()
+
+    def settle(done: Future[CompiledModel]) -> None:
+        error = done.exception()
+        if isinstance(error, BrokenProcessPool):
+            logs.warn(
+                "torch-max-backend: a compile worker died; compiling the graph "
+                "again in a new worker",
+                RuntimeWarning,
+                logger="compile",
+            )
+            _drop_pool(pool)
+            again = _in_worker(graph, workers, retry=False)
+            again.add_done_callback(lambda d: copy_outcome(d, result))
+        else:
+            copy_outcome(done, result)
+
+    first.add_done_callback(settle)
+    return result
+
+
+def copy_outcome(source: Future, target: Future) -> None:
+    """Resolve ``target`` as ``source`` resolved."""
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
+
+
+def _drop_pool(pool: object) -> None:
+    global _pool
+    with _lock:
+        if _pool is pool:
+            _pool = None
+    # Not here: this may run on the pool's own thread, which closing joins.
+    threading.Thread(
+        target=_close_quietly, args=(pool,), name="max-pool-close", daemon=True
+    ).start()
+
+
+def _close_quietly(pool: object) -> None:
+    try:
+        pool.close()  # type: ignore[attr-defined]
+    except Exception as e:  # already broken; nothing more to free
+        logger.debug("closing a broken compile pool: %s", e)
 
 
 def _in_process_executor() -> ThreadPoolExecutor:

@@ -26,7 +26,7 @@ from .. import logs
 from ..storage.artifacts import artifact_path, read_artifact, write_artifact
 from ..storage.cache_dir import cache_root
 from . import stats
-from .compile_workers import start_compile
+from .compile_workers import copy_outcome, start_compile
 from .devices import max_device
 from .model_table import BoundedLog, Hold, ModelTable
 
@@ -97,7 +97,7 @@ def _compile_healing_cache(
         error = done.exception()
         path = None if error is None else _corrupt_cache_file(error)
         if path is None:
-            _settle(healed, done)
+            copy_outcome(done, healed)
             return
         logs.warn(
             f"torch-max-backend: MAX's cache entry {path} is corrupt; "
@@ -108,19 +108,11 @@ def _compile_healing_cache(
         )
         path.unlink(missing_ok=True)
         start_compile(session, graph, device).add_done_callback(
-            lambda again: _settle(healed, again)
+            lambda again: copy_outcome(again, healed)
         )
 
     start_compile(session, graph, device).add_done_callback(retry)
     return healed
-
-
-def _settle(target: Future, source: Future) -> None:
-    error = source.exception()
-    if error is not None:
-        target.set_exception(error)
-    else:
-        target.set_result(source.result())
 
 
 def _artifact_count() -> int:
