@@ -86,6 +86,13 @@ def _mlp_training(
 
     def stepper(net: torch.nn.Module) -> Callable[[], torch.Tensor]:
         optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        # SGD creates its momentum buffers at the first step (buf = grad) and
+        # updates them after (buf = 0.9 * buf + grad): two programs, so Dynamo
+        # would trace the step again at step 2 and MAX compile the update
+        # twice. From zero buffers the update gives the first step's
+        # buf = grad exactly (dampening 0), so every step is the later one.
+        for p in net.parameters():
+            optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
 
         def step() -> torch.Tensor:
             optimizer.zero_grad()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning, Placement, needs_torch, settle, split_and_compile
 from .fallback import warn as warn_fallback
 from .logs import show_on_stderr
-from .lower.builder import BuiltGraph, build_graph, check_supported
+from .lower.builder import BuiltGraph, build_graph, check_supported, is_size_arithmetic
 from .lower.families import register_families
 from .lower.registry import decomposition_table
 from .runtime.compile_workers import worker_count
@@ -59,6 +60,13 @@ def compile_aten_graph(
     MAX's compiler rejects runs in PyTorch. ``settings.strict`` raises instead.
     """
     name = f"{kind}_{next(_graph_ids)}"
+    if computes_nothing(gm):
+        # Views of its inputs only, such as the ``return loss.detach()`` Dynamo
+        # resumes a training step with after ``optimizer.step()``: AOTAutograd
+        # replays views of inputs on the caller's tensors, so PyTorch runs it
+        # for free, where MAX would cost a build and a 20 s compile.
+        _graphs_log.debug("torch-max-backend: graph %s computes nothing: PyTorch", name)
+        return make_boxed_func(gm.forward)
     if settings.strict and needs_torch(gm, Placement(settings)):
         check_supported([gm])
     if settings.verbose:
@@ -83,6 +91,24 @@ def compile_aten_graph(
         return _compile(gm, settings, name)
     finally:
         add_pending(-1)
+
+
+def computes_nothing(gm: torch.fx.GraphModule) -> bool:
+    """Whether every op of ``gm`` is a view (``detach``, ``view``, ``t``...),
+    tuple indexing or size arithmetic: nothing to compute, nothing written."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem or is_size_arithmetic(node):
+            continue
+        target = node.target
+        if (
+            not isinstance(target, torch._ops.OpOverload)
+            or not target.is_view
+            or target._schema.is_mutable
+        ):
+            return False
+    return True
 
 
 def _compile(
