@@ -1,6 +1,6 @@
 """Per-call overhead of a compiled graph: ours against MAX's bare execute.
 
-    python benchmarks/call_overhead.py [--params 0] [--runs 2000]
+    python benchmarks/call_overhead.py [--params 0] [--runs 2000] [--background]
 
 Compiles ``x + y * 2`` (plus ``--params`` parameter-like inputs added in), then
 times eager PyTorch, the compiled function, and the underlying MAX model
@@ -8,7 +8,9 @@ executed directly on ready buffers; the difference of the last two is what
 the backend adds per call. MAX's own execute drifts by a quarter on this
 machine from one block of calls to the next, more than the backend adds, so
 the four are timed in interleaved rounds and each figure is the median over
-the rounds; the ratio is the median of the per-round ratios.
+the rounds; the ratio is the median of the per-round ratios. With
+``--background`` the function is compiled with ``background_compile`` and
+timed after the switch to MAX (its calls then pass through the switch).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ def per_call_us(fn, runs: int) -> float:
 ROUNDS = 10
 
 
-def measure(params: int = 0, runs: int = 2000) -> dict[str, float]:
+def measure(
+    params: int = 0, runs: int = 2000, background: bool = False
+) -> dict[str, float]:
     """Microseconds per call: eager, torch.compile(max), our CompiledGraph
     alone, and MAX's execute on ready buffers; ``runs`` calls of each in all."""
     weights = [torch.randn(16) for _ in range(params)]
@@ -55,10 +59,15 @@ def measure(params: int = 0, runs: int = 2000) -> dict[str, float]:
 
     CompiledGraph.__init__ = remember
     try:
-        compiled = torch.compile(fn, backend=max_backend)
+        options = {"background_compile": True} if background else None
+        compiled = torch.compile(fn, backend=max_backend, options=options)
         x, y = torch.randn(16), torch.randn(16)
         with torch.no_grad():
             compiled(x, y)
+        if background:
+            from torch_max_backend import wait_compiled
+
+            assert wait_compiled(timeout=600)
     finally:
         CompiledGraph.__init__ = original
     graph = graphs[0]
@@ -87,8 +96,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--params", type=int, default=0)
     parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--background", action="store_true")
     args = parser.parse_args()
-    m = measure(args.params, args.runs)
+    m = measure(args.params, args.runs, args.background)
     print(f"inputs: 2 + {args.params} parameter-like tensors")
     print(f"eager PyTorch            {m['eager_us']:8.1f} us")
     print(f"torch.compile(max)       {m['compiled_us']:8.1f} us")

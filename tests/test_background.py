@@ -171,7 +171,7 @@ def test_training_matches_eager_across_the_switch(gate, max_calls):
     expected = _train(eager_model, 4, compiled=False)
     got = _train(compiled_model, 4, compiled=True, after_first=switch)
     torch.testing.assert_close(got, expected)
-    for a, b in zip(compiled_model.parameters(), eager_model.parameters()):
+    for a, b in zip(compiled_model.parameters(), eager_model.parameters(), strict=True):
         torch.testing.assert_close(a, b)
     assert compile_stats().eager_calls >= 2  # forward and backward of step 1
     assert max_calls.of("forward") >= 2 and max_calls.of("backward") >= 2
