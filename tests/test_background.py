@@ -29,13 +29,13 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """Holds every background compile until the test opens the gate, so that
     the calls before the switch surely run in PyTorch."""
     opened = threading.Event()
-    compile_now = backend_module._compile
+    compile_now = backend_module._start_compile
 
     def held(*args, **kwargs):
         assert opened.wait(120), "the test never opened the gate"
         return compile_now(*args, **kwargs)
 
-    monkeypatch.setattr(backend_module, "_compile", held)
+    monkeypatch.setattr(backend_module, "_start_compile", held)
     yield opened
     opened.set()
     wait_compiled(timeout=600)

@@ -23,9 +23,9 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import logs
-from .background import compile_in_background
+from .background import compile_in_background, compiled_together
 from .errors import MaxCompilerError, first_line
-from .fallback import FallbackWarning, Placement, needs_torch, settle, split_and_compile
+from .fallback import FallbackWarning, Placement, needs_torch, settle, start_split
 from .fallback import warn as warn_fallback
 from .logs import show_on_stderr
 from .lower.builder import BuiltGraph, build_graph, check_supported, is_size_arithmetic
@@ -33,6 +33,7 @@ from .lower.families import register_families
 from .lower.registry import decomposition_table
 from .runtime.compile_workers import worker_count
 from .runtime.compiled_graph import CompiledGraph
+from .runtime.module_batch import gathered
 from .runtime.profile import GraphStats, ProfiledCompiledGraph
 from .runtime.progress import compile_progress, wanted
 from .runtime.session import compile_graph_async
@@ -82,7 +83,7 @@ def compile_aten_graph(
         return compile_in_background(
             name,
             gm,
-            lambda copied: _compile(copied, settings, name),
+            lambda copied: _start_compile(copied, settings, name),
             strict=settings.strict,
             verbose=settings.verbose,
         )
@@ -114,8 +115,21 @@ def computes_nothing(gm: torch.fx.GraphModule) -> bool:
 def _compile(
     gm: torch.fx.GraphModule, settings: Settings, name: str
 ) -> Callable[[list], list]:
-    """``gm`` on MAX: whole, split around ops that run in PyTorch, or (when
-    MAX cannot take it and not ``strict``) in PyTorch."""
+    """``gm`` on MAX: whole, split around ops that run in PyTorch (its blocks
+    compiled together as one module), or (when MAX cannot take it and not
+    ``strict``) in PyTorch."""
+    with gathered():
+        finish = _start_compile(gm, settings, name)
+    return finish()
+
+
+Finish = Callable[[], Callable[[list], list]]
+
+
+def _start_compile(gm: torch.fx.GraphModule, settings: Settings, name: str) -> Finish:
+    """Build ``gm`` and start compiling it; the returned function waits for
+    the compile and gives the callable (``_compile`` in two halves, so that
+    several graphs' compiles can be started, and gathered, before any wait)."""
     placement = Placement(settings)
     builds = _Builds()
     try:
@@ -123,9 +137,10 @@ def _compile(
     except MaxCompilerError as e:
         if settings.strict:
             raise
-        return _in_pytorch(gm, name, e)
+        refused = e
+        return lambda: _in_pytorch(gm, name, refused)
     if whole is None:
-        split, report = split_and_compile(
+        finish_split = start_split(
             gm,
             placement,
             name,
@@ -133,14 +148,24 @@ def _compile(
                 block, builds.build(block), settings, block_name
             ),
         )
-        warn_fallback(report, settings)
-        return make_boxed_func(split.forward)
-    try:
-        return _wait(_start_max(gm, whole, settings, name), gm, settings, name)
-    except MaxCompilerError as e:
-        if settings.strict:
-            raise
-        return _in_pytorch(gm, name, e)
+
+        def finish_blocks() -> Callable[[list], list]:
+            split, report = finish_split()
+            warn_fallback(report, settings)
+            return make_boxed_func(split.forward)
+
+        return finish_blocks
+    ready = _start_max(gm, whole, settings, name)
+
+    def finish_whole() -> Callable[[list], list]:
+        try:
+            return _wait(ready, gm, settings, name)
+        except MaxCompilerError as e:
+            if settings.strict:
+                raise
+            return _in_pytorch(gm, name, e)
+
+    return finish_whole
 
 
 class _Builds:
@@ -310,7 +335,11 @@ def max_backend(
     )
     if settings.background_compile:
         # The backward's compile starts with the forward's, instead of at
-        # the first backward: both compile while the step runs in PyTorch.
-        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+        # the first backward: both compile, as one MAX module, while the
+        # step runs in PyTorch.
+        with (
+            torch._functorch.config.patch(force_non_lazy_backward_lowering=True),
+            compiled_together(),
+        ):
             return backend(gm, example_inputs)
     return backend(gm, example_inputs)

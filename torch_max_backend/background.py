@@ -20,8 +20,10 @@ import copy
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import no_type_check
 
 import torch
@@ -32,6 +34,7 @@ from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning
 from .runtime import stats
 from .runtime.compile_workers import track, worker_count
+from .runtime.module_batch import gathered
 from .runtime.progress import BackgroundProgress
 
 Boxed = Callable[[list], list]
@@ -130,55 +133,121 @@ class GraphSwitch:
         raise self._error
 
 
+Finish = Callable[[], Boxed]
+
+
+@dataclass
+class _Pending:
+    """A graph waiting for its background compile."""
+
+    name: str
+    switch: GraphSwitch
+    copied: torch.fx.GraphModule
+    start_compile: Callable[[torch.fx.GraphModule], Finish]
+    strict: bool
+    asked: float  # time.perf_counter() when it was handed to us
+
+
+_batch = threading.local()
+
+
+@contextmanager
+def compiled_together() -> Iterator[None]:
+    """The graphs handed to ``compile_in_background`` inside this block (a
+    training step's forward and backward) start compiling together at its
+    end, as one MAX module (runtime/module_batch.py)."""
+    if getattr(_batch, "pending", None) is not None:
+        yield
+        return
+    _batch.pending = []
+    try:
+        yield
+    finally:
+        pending, _batch.pending = _batch.pending, None
+        if pending:
+            _submit(pending)
+
+
 def compile_in_background(
     name: str,
     gm: torch.fx.GraphModule,
-    compile_copy: Callable[[torch.fx.GraphModule], Boxed],
+    start_compile: Callable[[torch.fx.GraphModule], Finish],
     *,
     strict: bool,
     verbose: bool,
 ) -> GraphSwitch:
-    """A ``GraphSwitch`` for ``gm`` whose MAX side ``compile_copy`` makes, on
-    a builder thread, from a copy of ``gm`` (the copy may be split in place
-    while ``gm`` keeps running in PyTorch)."""
+    """A ``GraphSwitch`` for ``gm`` whose MAX side is compiled on a builder
+    thread from a copy of ``gm`` (the copy may be split in place while ``gm``
+    keeps running in PyTorch): ``start_compile(copy)`` builds it and starts
+    its compile, and the function it returns waits for the compile."""
     copied = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
     switch = GraphSwitch(name, make_boxed_func(gm.forward))
     stats.add_pending(1)
-    start = time.perf_counter()
+    pending = _Pending(name, switch, copied, start_compile, strict, time.perf_counter())
+    batch = getattr(_batch, "pending", None)
+    if batch is not None:
+        batch.append(pending)
+    else:
+        _submit([pending])
+    _progress.start(verbose)
+    return switch
 
-    def job() -> None:
-        try:
-            with logs.collect_warnings() as notes:
-                try:
-                    compiled = compile_copy(copied)
-                except Exception as e:
-                    error = _as_compiler_error(name, e)
-                    _logger.warning(
-                        "torch-max-backend: background compile of graph %s failed: %s",
-                        name,
-                        first_line(error),
-                    )
-                    if strict:
-                        with _lock:
-                            _strict_failures.append(error)
-                    switch.fail(error, notes, strict)
-                    return
-            switch.switch_to(compiled, notes)
-            _logger.info(
-                "torch-max-backend: graph %s runs on MAX after %.1fs in PyTorch",
-                name,
-                time.perf_counter() - start,
-            )
-        finally:
-            stats.add_pending(-1)
 
-    future = _builder_pool().submit(job)
+def _submit(batch: list[_Pending]) -> None:
+    future = _builder_pool().submit(_compile_batch, batch)
     with _lock:
         _jobs.add(future)
     future.add_done_callback(_job_done)
     track(future)
-    _progress.start(verbose)
-    return switch
+
+
+def _compile_batch(batch: list[_Pending]) -> None:
+    """Build every graph of ``batch`` and start their compiles together, then
+    switch each to MAX (or fail it) as its compile ends."""
+    started: list[tuple[_Pending, Finish | None, list]] = []
+    with gathered():
+        for pending in batch:
+            with logs.collect_warnings() as notes:
+                try:
+                    finish: Finish | None = pending.start_compile(pending.copied)
+                except Exception as e:
+                    _fail(pending, e, notes)
+                    finish = None
+            started.append((pending, finish, notes))
+    for pending, finish, notes in started:
+        if finish is None:
+            continue
+        with logs.collect_warnings() as more:
+            try:
+                compiled = finish()
+            except Exception as e:
+                _fail(pending, e, notes + more)
+                continue
+        try:
+            pending.switch.switch_to(compiled, notes + more)
+            _logger.info(
+                "torch-max-backend: graph %s runs on MAX after %.1fs in PyTorch",
+                pending.name,
+                time.perf_counter() - pending.asked,
+            )
+        finally:
+            stats.add_pending(-1)
+
+
+def _fail(pending: _Pending, error: Exception, notes: list) -> None:
+    try:
+        error = _as_compiler_error(pending.name, error)
+        _logger.warning(
+            "torch-max-backend: background compile of graph %s failed: %s",
+            pending.name,
+            first_line(error),
+        )
+        if pending.strict:
+            with _lock:
+                _strict_failures.append(error)
+        pending.switch.fail(error, notes, pending.strict)
+    finally:
+        stats.add_pending(-1)
 
 
 def _as_compiler_error(name: str, error: BaseException) -> BaseException:

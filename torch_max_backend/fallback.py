@@ -248,6 +248,17 @@ def split_and_compile(
     ``MaxCompilerError`` (at once or from the future) runs in PyTorch and is
     named in the report.
     """
+    return start_split(gm, placement, name, compile_block)()
+
+
+def start_split(
+    gm: torch.fx.GraphModule,
+    placement: Placement,
+    name: str,
+    compile_block: Callable[[torch.fx.GraphModule, str], Future],
+) -> Callable[[], tuple[torch.fx.GraphModule, SplitReport]]:
+    """Start ``split_and_compile``: every block's compile is started here,
+    and the returned function waits for them and gives the split graph."""
     settings = placement.settings
     report = SplitReport(name)
     blocks = partitioner(gm, placement)
@@ -270,7 +281,7 @@ def split_and_compile(
     report.torch_ops = {k: [counts[k], reasons[k]] for k in counts}
     split = blocks.fuse_partitions(kept, prefix="max_block_")
     # Every block's compile starts before any is waited for: they compile
-    # side by side when there are several compile workers.
+    # together (runtime/module_batch.py) or side by side in compile workers.
     started: list[tuple[str, torch.fx.GraphModule, Future | MaxCompilerError]] = []
     for node in list(split.graph.nodes):
         if node.op != "call_module" or not str(node.target).startswith("max_block_"):
@@ -281,21 +292,25 @@ def split_and_compile(
             started.append((node.target, block, compile_block(block, block_name)))
         except MaxCompilerError as e:
             started.append((node.target, block, e))
-    for target, block, compiling in started:
-        try:
-            if isinstance(compiling, MaxCompilerError):
-                raise compiling
-            compiled = compiling.result()
-        except MaxCompilerError as e:
-            if settings.strict:
-                raise
-            report.failed_blocks.append(first_line(e))
-            continue
-        setattr(split, target, _MaxBlock(compiled, _returns_tuple(block)))
-        report.max_blocks += 1
-    keep_eager_layouts(split)
-    split.recompile()
-    return split, report
+
+    def finish() -> tuple[torch.fx.GraphModule, SplitReport]:
+        for target, block, compiling in started:
+            try:
+                if isinstance(compiling, MaxCompilerError):
+                    raise compiling
+                compiled = compiling.result()
+            except MaxCompilerError as e:
+                if settings.strict:
+                    raise
+                report.failed_blocks.append(first_line(e))
+                continue
+            setattr(split, target, _MaxBlock(compiled, _returns_tuple(block)))
+            report.max_blocks += 1
+        keep_eager_layouts(split)
+        split.recompile()
+        return split, report
+
+    return finish
 
 
 def warn(report: SplitReport, settings: Settings) -> None:

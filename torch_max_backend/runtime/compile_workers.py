@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -32,7 +33,7 @@ from pathlib import Path
 import torch
 from max.engine import InferenceSession
 from max.engine.api import CompiledModel
-from max.graph import Graph
+from max.graph import Graph, Module
 
 from .. import logs
 
@@ -109,26 +110,56 @@ def start_compile(
     """Compile ``graph`` for ``device``: in a worker process when there are
     several workers and the device is the CPU, else in this process (one
     compile at a time, off the caller's thread)."""
+    return _start(
+        lambda pool: pool.compile(graph),  # type: ignore[attr-defined]
+        lambda: session.compile(graph),
+        device,
+    )
+
+
+def start_module_compile(
+    session: InferenceSession,
+    module: Module,
+    kernel_libraries: list[Path],
+    device: torch.device,
+) -> Future[CompiledModel]:
+    """Compile the graphs of ``module`` together, as ``start_compile`` does one."""
+    return _start(
+        lambda pool: pool.compile_module(  # type: ignore[attr-defined]
+            module, custom_extensions=kernel_libraries
+        ),
+        lambda: session.compile(module, custom_extensions=kernel_libraries),
+        device,
+    )
+
+
+def _start(
+    in_worker: Callable[[object], Future[CompiledModel]],
+    here: Callable[[], CompiledModel],
+    device: torch.device,
+) -> Future[CompiledModel]:
     workers = worker_count()
     if workers > 1 and device.type == "cpu":
-        future = _in_worker(graph, workers, retry=True)
+        future = _in_worker(in_worker, workers, retry=True)
     else:
-        future = _in_process_executor().submit(session.compile, graph)
+        future = _in_process_executor().submit(here)
     track(future)
     return future
 
 
-def _in_worker(graph: Graph, workers: int, *, retry: bool) -> Future[CompiledModel]:
-    """``graph`` compiled by the worker pool; a pool whose worker died (killed
-    for memory, say) is replaced and the graph compiled again, once."""
+def _in_worker(
+    submit: Callable[[object], Future[CompiledModel]], workers: int, *, retry: bool
+) -> Future[CompiledModel]:
+    """``submit(pool)``'s compile in the worker pool; a pool whose worker died
+    (killed for memory, say) is replaced and the compile started again, once."""
     pool = _worker_pool(workers)
     try:
-        first = pool.compile(graph)  # type: ignore[attr-defined]
+        first = submit(pool)
     except BrokenProcessPool:
         _drop_pool(pool)
         if not retry:
             raise
-        return _in_worker(graph, workers, retry=False)
+        return _in_worker(submit, workers, retry=False)
     if not retry:
         return first
     result: Future[CompiledModel] = Future()
@@ -143,7 +174,7 @@ def _in_worker(graph: Graph, workers: int, *, retry: bool) -> Future[CompiledMod
                 logger="compile",
             )
             _drop_pool(pool)
-            again = _in_worker(graph, workers, retry=False)
+            again = _in_worker(submit, workers, retry=False)
             again.add_done_callback(lambda d: copy_outcome(d, result))
         else:
             copy_outcome(done, result)

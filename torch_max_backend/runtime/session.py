@@ -13,6 +13,7 @@ import hashlib
 import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from . import stats
 from .compile_workers import copy_outcome, start_compile
 from .devices import max_device
 from .model_table import BoundedLog, Hold, ModelTable
+from .module_batch import ModuleMember, alone, member_name, start_gathered
 
 
 @dataclass
@@ -82,7 +84,10 @@ def _corrupt_cache_file(error: BaseException) -> Path | None:
 
 
 def _compile_healing_cache(
-    session: InferenceSession, graph: Graph, device: torch.device
+    session: InferenceSession,
+    graph: Graph,
+    device: torch.device,
+    first: Callable[[], Future] | None = None,
 ) -> Future[CompiledModel]:
     """A compile of ``graph``, started again once when MAX finds its cached
     artifact corrupt.
@@ -111,7 +116,8 @@ def _compile_healing_cache(
             lambda again: copy_outcome(again, healed)
         )
 
-    start_compile(session, graph, device).add_done_callback(retry)
+    attempt = first() if first is not None else start_compile(session, graph, device)
+    attempt.add_done_callback(retry)
     return healed
 
 
@@ -132,7 +138,8 @@ def _start_load(
     """
     loaded: Future[tuple[Model, bool]] = Future()
     path = artifact_path(text, str(device))
-    model = read_artifact(session, path)
+    key = graph_key(text)
+    model = read_artifact(session, path, member_name(key))
     if model is not None:
         loaded.set_result((model, True))
         return loaded
@@ -145,12 +152,22 @@ def _start_load(
         try:
             compiled = done.result()
             from_disk = _artifact_count() == before
-            write_artifact(compiled, path)
-            loaded.set_result((session.init(compiled), from_disk))
+            if isinstance(compiled, ModuleMember):  # compiled with others
+                write_artifact(compiled.compiled, path)
+                model = compiled.init(session)
+            else:
+                write_artifact(compiled, path)
+                model = session.init(compiled)
+            loaded.set_result((model, from_disk))
         except BaseException as e:
             loaded.set_exception(e)
 
-    _compile_healing_cache(session, graph, device).add_done_callback(init)
+    _compile_healing_cache(
+        session,
+        graph,
+        device,
+        lambda: start_gathered(session, graph, text, device, key),
+    ).add_done_callback(init)
     return loaded
 
 
@@ -158,7 +175,9 @@ def compile_graph(
     graph: Graph, device: torch.device, *, keep: int | None = None
 ) -> tuple[Model, CompileRecord, Hold]:
     """The loaded MAX model of ``graph``; see ``compile_graph_async``."""
-    return compile_graph_async(graph, device, keep=keep).result()
+    with alone():  # waited for at once: never held for a gathering
+        compiling = compile_graph_async(graph, device, keep=keep)
+    return compiling.result()
 
 
 def compile_graph_async(

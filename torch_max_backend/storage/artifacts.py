@@ -59,16 +59,20 @@ def used_artifacts() -> list[Path]:
     return [p for p in list(_USED) if p.is_file()]
 
 
-def read_artifact(session: InferenceSession, path: Path) -> Model | None:
+def read_artifact(
+    session: InferenceSession, path: Path, name: str | None = None
+) -> Model | None:
     """The model initialized from ``path``, or None when there is none.
 
-    A damaged artifact is removed (with a warning) and None returned, so the
-    caller compiles afresh.
+    An artifact compiled with other graphs (one module) holds them all: the
+    model is then the one called ``name``. A damaged artifact is removed
+    (with a warning) and None returned, so the caller compiles afresh.
     """
     if not path.is_file():
         return None
     try:
-        model = session.init(read(path))
+        models = session.init_all(read(path))
+        model = next(iter(models.values())) if len(models) == 1 else models[name]
         note_used(path)
         return model
     except Exception as e:  # MAX raises RuntimeError for a bad artifact

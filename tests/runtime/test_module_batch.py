@@ -1,0 +1,160 @@
+"""Graphs asked for together compile as one MAX module; graphs that cannot be
+merged, or a module MAX refuses, compile one by one instead."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+import torch
+from max.driver import Buffer
+from max.dtype import DType
+from max.engine.api import read
+from max.graph import DeviceRef, Graph, TensorType
+
+from torch_max_backend import FallbackWarning, max_backend
+from torch_max_backend.runtime import module_batch
+from torch_max_backend.runtime import session as session_module
+from torch_max_backend.runtime.session import graph_key, session_for
+from torch_max_backend.storage.artifacts import read_artifact, write_artifact
+
+CPU = torch.device("cpu")
+
+
+def _graph(scale: bool) -> Graph:
+    kind = TensorType(DType.float32, [3, 5], device=DeviceRef.CPU())
+    with Graph("torch_max_graph", input_types=[kind]) as graph:
+        (x,) = graph.inputs
+        graph.output(x.tensor * 3.0 if scale else x.tensor - 4.0)
+    return graph
+
+
+def _start(graph: Graph) -> Future:
+    text = str(graph)
+    return module_batch.start_gathered(
+        session_for(CPU), graph, text, CPU, graph_key(text)
+    )
+
+
+@pytest.fixture
+def module_compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every module handed to MAX's compiler."""
+    sizes: list[int] = []
+    original = module_batch.start_module_compile
+
+    def counted(session, module, libraries, device):
+        sizes.append(len(module.top_level_graph_names()))
+        return original(session, module, libraries, device)
+
+    monkeypatch.setattr(module_batch, "start_module_compile", counted)
+    return sizes
+
+
+def test_graphs_started_together_compile_as_one_module(module_compiles, tmp_path):
+    scale, shift = _graph(True), _graph(False)
+    with module_batch.gathered():
+        futures = [_start(scale), _start(shift)]
+        assert not any(f.done() for f in futures)  # held until the block ends
+    members = [f.result(timeout=600) for f in futures]
+    assert module_compiles == [2]
+    assert members[0].compiled is members[1].compiled
+    session = session_for(CPU)
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    expected = [x * 3.0, x - 4.0]
+    for member, want in zip(members, expected, strict=True):
+        (got,) = member.init(session).execute(Buffer.from_numpy(x))
+        np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-6)
+    # The artifact saved for one graph is the whole module; it is found by
+    # the graph's own name when read back.
+    path = tmp_path / "shift.mef"
+    write_artifact(members[1].compiled, path)
+    assert len(session.init_all(read(path))) == 2
+    model = read_artifact(session, path, members[1].name)
+    (got,) = model.execute(Buffer.from_numpy(x))
+    np.testing.assert_allclose(got.to_numpy(), x - 4.0, rtol=1e-6)
+
+
+def _fake_compiles(monkeypatch: pytest.MonkeyPatch, module_fails: bool) -> list:
+    """Replace MAX's compiler by futures: alone compiles give their graph's
+    text; a module compile fails or gives the module."""
+    calls: list = []
+
+    def alone(session, graph, device):
+        calls.append(("alone", str(graph)))
+        done: Future = Future()
+        done.set_result(str(graph))
+        return done
+
+    def together(session, module, libraries, device):
+        calls.append(("module", len(module.top_level_graph_names())))
+        done: Future = Future()
+        if module_fails:
+            done.set_exception(RuntimeError("MAX refused the module"))
+        else:
+            done.set_result("module")
+        return done
+
+    monkeypatch.setattr(module_batch, "start_compile", alone)
+    monkeypatch.setattr(module_batch, "start_module_compile", together)
+    return calls
+
+
+def test_a_module_max_refuses_compiles_each_graph_alone(monkeypatch):
+    calls = _fake_compiles(monkeypatch, module_fails=True)
+    graphs = [_graph(True), _graph(False)]
+    with module_batch.gathered():
+        futures = [_start(g) for g in graphs]
+    assert [f.result() for f in futures] == [str(g) for g in graphs]
+    assert calls == [
+        ("module", 2),
+        ("alone", str(graphs[0])),
+        ("alone", str(graphs[1])),
+    ]
+
+
+def test_graphs_that_do_not_merge_compile_alone(monkeypatch):
+    calls = _fake_compiles(monkeypatch, module_fails=False)
+    graphs = [_graph(True), _graph(False)]
+    with module_batch.gathered():
+        first = _start(graphs[0])
+        # A text that is not one MAX graph cannot be merged.
+        odd = module_batch.start_gathered(
+            session_for(CPU), graphs[1], "not a graph", CPU, "odd"
+        )
+    assert first.result() == str(graphs[0]) and odd.result() == str(graphs[1])
+    assert [kind for kind, _ in calls] == ["alone", "alone"]
+
+
+def test_one_graph_and_no_gathering_compile_alone(monkeypatch):
+    calls = _fake_compiles(monkeypatch, module_fails=False)
+    graph = _graph(True)
+    assert _start(graph).result() == str(graph)  # no gathering under way
+    with module_batch.gathered():
+        single = _start(graph)
+        with module_batch.alone():
+            direct = _start(graph)
+        assert direct.done() and not single.done()
+    assert single.result() == str(graph)
+    assert [kind for kind, _ in calls] == ["alone", "alone", "alone"]
+
+
+def test_the_blocks_of_a_split_graph_compile_as_one_module(
+    module_compiles, monkeypatch, max_calls
+):
+    # Past the artifacts saved by an earlier run, so that the blocks reach
+    # the compiler (whose own cache answers at once when warm).
+    monkeypatch.setattr(session_module, "read_artifact", lambda *a, **k: None)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        a = torch.sin(x) * 2 + torch.cos(x) - x / 3 + 1.5
+        b = torch.cumsum(a, dim=1)  # runs in PyTorch, between two MAX blocks
+        return torch.tanh(b) * 0.5 - b.abs() + torch.exp(-b) * 2 + 0.25
+
+    options = {"torch_executed_ops": ["aten.cumsum"], "min_block_size": 3}
+    compiled = torch.compile(fn, backend=max_backend, options=options)
+    x = torch.randn(4, 6)
+    with pytest.warns(FallbackWarning, match="cumsum"):
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert module_compiles == [2]
+    assert max_calls.count == 2
