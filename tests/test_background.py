@@ -10,10 +10,12 @@ from concurrent.futures import Future
 
 import pytest
 import torch
+from torch._functorch.aot_autograd import make_boxed_func
 
 from torch_max_backend import (
     FallbackWarning,
     MaxCompilerError,
+    background,
     compile_stats,
     max_backend,
     reset_compile_stats,
@@ -185,3 +187,25 @@ def test_the_backward_compiles_with_the_forward(gate):
     assert compile_stats().pending == 2
     gate.set()
     assert wait_compiled(timeout=600)
+
+
+def test_the_build_starts_when_the_first_call_has_returned(monkeypatch):
+    # Building holds the GIL; started at once it would slow the first call.
+    monkeypatch.setattr(background, "FIRST_CALL_WAIT", 600.0)
+    started = threading.Event()
+
+    def start_compile(copied: torch.fx.GraphModule):
+        started.set()
+        return lambda: make_boxed_func(copied.forward)
+
+    gm = torch.fx.symbolic_trace(lambda x: (x * 2 + 1,))
+    switch = background.compile_in_background(
+        "probe", gm, start_compile, strict=False, verbose=False
+    )
+    assert not started.wait(0.5)
+    x = torch.randn(3)
+    torch.testing.assert_close(switch([x])[0], x * 2 + 1)
+    assert started.wait(60)
+    assert wait_compiled(timeout=60)
+    torch.testing.assert_close(switch([x])[0], x * 2 + 1)
+    assert switch.compiled is not None

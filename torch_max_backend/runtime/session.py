@@ -25,7 +25,7 @@ from max.graph import Graph
 
 from .. import logs
 from ..storage.artifacts import artifact_path, read_artifact, write_artifact
-from ..storage.cache_dir import cache_root
+from ..storage.cache_dir import cache_root, own_cache_dir
 from . import stats
 from .compile_workers import copy_outcome, start_compile
 from .devices import max_device
@@ -63,6 +63,14 @@ def session_for(device: torch.device) -> InferenceSession:
 def graph_key(text: str) -> str:
     """The in-process table's key for a graph, from its text."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def portable_text(text: str) -> str:
+    """``text`` with this machine's cache directory replaced by a name: the
+    Mojo kernel libraries a graph loads are built there, and the same graph
+    on another machine (a bundle unpacked there, another user) must find the
+    same saved artifact."""
+    return text.replace(str(own_cache_dir()), "<torch-max-backend cache>")
 
 
 _CORRUPT = re.compile(r"corrupted file: .*? for file '([^']+)'")
@@ -137,8 +145,9 @@ def _start_load(
     answers from its disk cache when it compiled the graph before.
     """
     loaded: Future[tuple[Model, bool]] = Future()
-    path = artifact_path(text, str(device))
-    key = graph_key(text)
+    portable = portable_text(text)
+    path = artifact_path(portable, str(device))
+    key = graph_key(portable)
     model = read_artifact(session, path, member_name(key))
     if model is not None:
         loaded.set_result((model, True))
@@ -192,7 +201,7 @@ def compile_graph_async(
     the caller keeps it as long as it may run the model.
     """
     text = str(graph)  # a few ms for a large graph: once per compile
-    cache_key = (graph_key(text), str(device))
+    cache_key = (graph_key(portable_text(text)), str(device))
     libraries = tuple(str(p) for p in graph.kernel_libraries_paths)
     start = time.perf_counter()
     result: Future[tuple[Model, CompileRecord, Hold]] = Future()
