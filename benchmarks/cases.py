@@ -76,6 +76,29 @@ def _inference(
     return figures
 
 
+def sgd_momentum_stepper(
+    net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
+) -> Callable[[], torch.Tensor]:
+    """One training step of ``net`` on ``(x, y)``: SGD with momentum."""
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    # SGD creates its momentum buffers at the first step (buf = grad) and
+    # updates them after (buf = 0.9 * buf + grad): two programs, so Dynamo
+    # would trace the step again at step 2 and MAX compile the update
+    # twice. From zero buffers the update gives the first step's
+    # buf = grad exactly (dampening 0), so every step is the later one.
+    for p in net.parameters():
+        optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
 def _mlp_training(
     backend: str, runs: int, max_seconds: float, first_call_only: bool
 ) -> dict[str, Any]:
@@ -84,26 +107,7 @@ def _mlp_training(
     y = torch.randint(0, 10, (x.shape[0],))
     reference = copy.deepcopy(model)
 
-    def stepper(net: torch.nn.Module) -> Callable[[], torch.Tensor]:
-        optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-        # SGD creates its momentum buffers at the first step (buf = grad) and
-        # updates them after (buf = 0.9 * buf + grad): two programs, so Dynamo
-        # would trace the step again at step 2 and MAX compile the update
-        # twice. From zero buffers the update gives the first step's
-        # buf = grad exactly (dampening 0), so every step is the later one.
-        for p in net.parameters():
-            optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
-
-        def step() -> torch.Tensor:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss.detach()
-
-        return step
-
-    fn = _compile(stepper(model), backend)
+    fn = _compile(sgd_momentum_stepper(model, x, y), backend)
     start = time.perf_counter()
     fn()
     figures: dict[str, Any] = {"first_call_s": time.perf_counter() - start}
@@ -111,7 +115,7 @@ def _mlp_training(
         return figures
     # Error: the parameters after three steps, against eager's three steps.
     fn(), fn()
-    eager_step = stepper(reference)
+    eager_step = sgd_momentum_stepper(reference, x, y)
     for _ in range(3):
         eager_step()
     figures["max_abs_error"] = max(

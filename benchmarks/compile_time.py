@@ -117,8 +117,8 @@ def _compiled(fn: Any, variant: str) -> Any:
 def _training(variant: str) -> tuple[dict[str, Any], float]:
     """Three SGD-with-momentum steps of the suite's MLP; figures and error."""
     import torch
-    import torch.nn.functional as F
 
+    from benchmarks.cases import sgd_momentum_stepper
     from benchmarks.zoo import build
 
     model, (x,) = build("mlp")
@@ -126,23 +126,7 @@ def _training(variant: str) -> tuple[dict[str, Any], float]:
     y = torch.randint(0, 10, (x.shape[0],))
     reference = copy.deepcopy(model)
 
-    def stepper(net: torch.nn.Module) -> Any:
-        optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-        # As in benchmarks/cases.py: zero momentum buffers make SGD's first
-        # step the same program as the later ones (docs/benchmarks.md).
-        for p in net.parameters():
-            optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
-
-        def step() -> torch.Tensor:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss.detach()
-
-        return step
-
-    fn = _compiled(stepper(model), variant)
+    fn = _compiled(sgd_momentum_stepper(model, x, y), variant)
     start = time.perf_counter()
     fn()
     figures = {"first_output_s": time.perf_counter() - start}
@@ -150,7 +134,7 @@ def _training(variant: str) -> tuple[dict[str, Any], float]:
         fn()
     figures["steps_s"] = time.perf_counter() - start
     figures["all_on_max_s"] = _until_compiled(variant, start)
-    eager_step = stepper(reference)
+    eager_step = sgd_momentum_stepper(reference, x, y)
     for _ in range(TRAINING_STEPS):
         eager_step()
     error = max(

@@ -209,3 +209,16 @@ def test_the_build_starts_when_the_first_call_has_returned(monkeypatch):
     assert wait_compiled(timeout=60)
     torch.testing.assert_close(switch([x])[0], x * 2 + 1)
     assert switch.compiled is not None
+
+
+def test_dynamic_shapes_switch_to_one_max_graph_for_every_size(max_calls):
+    reset_compile_stats()
+    fn = torch.compile(_math, backend=max_backend, options=BACKGROUND, dynamic=True)
+    x, y = torch.randn(5, 7), torch.randn(5, 7)
+    torch.testing.assert_close(fn(x, y), _math(x, y))  # in PyTorch
+    assert wait_compiled(timeout=600)
+    for rows in (5, 9, 3):
+        x, y = torch.randn(rows, 7), torch.randn(rows, 7)
+        torch.testing.assert_close(fn(x, y), _math(x, y))
+    assert max_calls.of("inference") == 3
+    assert compile_stats().graphs_built == 1  # no recompile for a new size
