@@ -23,7 +23,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import logs
-from .background import compile_in_background, compiled_together
+from .background import Finish, compile_in_background, compiled_together
 from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning, Placement, needs_torch, settle, start_split
 from .fallback import warn as warn_fallback
@@ -121,9 +121,6 @@ def _compile(
     with gathered():
         finish = _start_compile(gm, settings, name)
     return finish()
-
-
-Finish = Callable[[], Callable[[list], list]]
 
 
 def _start_compile(gm: torch.fx.GraphModule, settings: Settings, name: str) -> Finish:

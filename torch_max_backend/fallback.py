@@ -235,30 +235,21 @@ def _returns_tuple(gm: torch.fx.GraphModule) -> bool:
     return isinstance(out.args[0], (tuple, list))
 
 
-def split_and_compile(
-    gm: torch.fx.GraphModule,
-    placement: Placement,
-    name: str,
-    compile_block: Callable[[torch.fx.GraphModule, str], Future],
-) -> tuple[torch.fx.GraphModule, SplitReport]:
-    """``gm`` with each large enough supported block replaced by its MAX graph.
-
-    ``compile_block(block, block_name)`` starts compiling one block and
-    returns a future of its callable; a block it refuses with
-    ``MaxCompilerError`` (at once or from the future) runs in PyTorch and is
-    named in the report.
-    """
-    return start_split(gm, placement, name, compile_block)()
-
-
 def start_split(
     gm: torch.fx.GraphModule,
     placement: Placement,
     name: str,
     compile_block: Callable[[torch.fx.GraphModule, str], Future],
 ) -> Callable[[], tuple[torch.fx.GraphModule, SplitReport]]:
-    """Start ``split_and_compile``: every block's compile is started here,
-    and the returned function waits for them and gives the split graph."""
+    """Start making ``gm`` with each large enough supported block replaced
+    by its MAX graph: every block's compile is started here, and the returned
+    function waits for them and gives the split graph and its report.
+
+    ``compile_block(block, block_name)`` starts compiling one block and
+    returns a future of its callable; a block it refuses with
+    ``MaxCompilerError`` (at once or from the future) runs in PyTorch and is
+    named in the report.
+    """
     settings = placement.settings
     report = SplitReport(name)
     blocks = partitioner(gm, placement)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 
+from benchmarks.cases import sgd_momentum_stepper
 from torch_max_backend import compile_stats, max_backend, reset_compile_stats
 
 
@@ -21,32 +21,16 @@ def test_a_graph_of_views_alone_runs_in_pytorch_and_builds_nothing(max_calls):
     assert max_calls.count == 0
 
 
-def _stepper(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    # Zero buffers: the first step's buf = grad is then the later steps'
-    # buf = 0.9 * buf + grad (dampening 0), one program for every step.
-    for p in model.parameters():
-        optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
-
-    def step() -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    return step
-
-
 def test_an_sgd_momentum_step_builds_three_graphs_over_three_steps(max_calls):
+    # The benchmarks' step: momentum buffers created before the first step.
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)
     )
     reference = copy.deepcopy(model)
     x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))
-    compiled = torch.compile(_stepper(model, x, y), backend=max_backend)
-    eager = _stepper(reference, x, y)
+    compiled = torch.compile(sgd_momentum_stepper(model, x, y), backend=max_backend)
+    eager = sgd_momentum_stepper(reference, x, y)
     reset_compile_stats()
     for _ in range(3):
         torch.testing.assert_close(compiled(), eager())

@@ -50,23 +50,37 @@ def member_name(key: str) -> str:
     return f"torch_max_graph_{key}"
 
 
-@dataclass
-class ModuleMember:
-    """What a gathered graph's compile gives: the module compiled, and the
-    name of the graph inside it."""
+class CompiledModule:
+    """A module compiled once; its models are initialized once per session,
+    for all the graphs that ask."""
 
-    compiled: CompiledModel
-    name: str
-    # The module's models, initialized once for all its members per session.
-    _models: dict[int, dict[str, Model]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, compiled: CompiledModel) -> None:
+        self.compiled = compiled
+        self._models: dict[int, dict[str, Model]] = {}
+        self._lock = threading.Lock()
 
-    def init(self, session: InferenceSession) -> Model:
+    def model(self, session: InferenceSession, name: str) -> Model:
         with self._lock:
             models = self._models.get(id(session))
             if models is None:
                 models = self._models[id(session)] = session.init_all(self.compiled)
-        return models[self.name]
+        return models[name]
+
+
+@dataclass(frozen=True)
+class ModuleMember:
+    """What a gathered graph's compile gives: the module it was compiled in,
+    and its name there."""
+
+    module: CompiledModule
+    name: str
+
+    @property
+    def compiled(self) -> CompiledModel:
+        return self.module.compiled
+
+    def init(self, session: InferenceSession) -> Model:
+        return self.module.model(session, self.name)
 
 
 @dataclass
@@ -156,11 +170,9 @@ def _settle(done: Future, group: list[_Request]) -> None:
         )
         _each_alone(group)
         return
-    compiled = done.result()
-    shared: dict[int, dict[str, Model]] = {}
-    lock = threading.Lock()
+    module = CompiledModule(done.result())
     for request in group:
-        request.future.set_result(ModuleMember(compiled, request.name, shared, lock))
+        request.future.set_result(ModuleMember(module, request.name))
 
 
 def _each_alone(group: list[_Request]) -> None:

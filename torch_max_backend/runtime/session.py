@@ -136,18 +136,21 @@ def _artifact_count() -> int:
 
 
 def _start_load(
-    session: InferenceSession, graph: Graph, text: str, device: torch.device
+    session: InferenceSession,
+    graph: Graph,
+    text: str,
+    key: str,
+    path: Path,
+    device: torch.device,
 ) -> Future[tuple[Model, bool]]:
-    """The model of ``graph``, and whether it came from a disk cache.
+    """The model of ``graph`` (whose text is ``text``, key ``key`` and saved
+    artifact ``path``), and whether it came from a disk cache.
 
     Our saved artifact first (milliseconds, read here), else MAX's compiler
     (a worker process, or this process off the caller's thread), which itself
     answers from its disk cache when it compiled the graph before.
     """
     loaded: Future[tuple[Model, bool]] = Future()
-    portable = portable_text(text)
-    path = artifact_path(portable, str(device))
-    key = graph_key(portable)
     model = read_artifact(session, path, member_name(key))
     if model is not None:
         loaded.set_result((model, True))
@@ -201,7 +204,10 @@ def compile_graph_async(
     the caller keeps it as long as it may run the model.
     """
     text = str(graph)  # a few ms for a large graph: once per compile
-    cache_key = (graph_key(portable_text(text)), str(device))
+    portable = portable_text(text)
+    key = graph_key(portable)
+    path = artifact_path(portable, str(device))
+    cache_key = (key, str(device))
     libraries = tuple(str(p) for p in graph.kernel_libraries_paths)
     start = time.perf_counter()
     result: Future[tuple[Model, CompileRecord, Hold]] = Future()
@@ -212,7 +218,7 @@ def compile_graph_async(
         loading = _LOADING.get(cache_key)
         first = loading is None and MODELS.get(cache_key) is None
         if first:
-            loading = _start_load(session_for(device), graph, text, device)
+            loading = _start_load(session_for(device), graph, text, key, path, device)
             _LOADING[cache_key] = loading
 
     def finish(done: Future[tuple[Model, bool]] | None) -> None:
@@ -225,7 +231,7 @@ def compile_graph_async(
                 if model is None:
                     if found is None:  # evicted meanwhile: load it again
                         found = _start_load(
-                            session_for(device), graph, text, device
+                            session_for(device), graph, text, key, path, device
                         ).result()
                     model = found[0]
                     MODELS.put(cache_key, model, held=True)
