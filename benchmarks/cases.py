@@ -151,7 +151,8 @@ def measure(
 
         stats = compile_stats()
         figures.update(
-            max_graphs=stats.graphs_built,
+            # Graphs lowered now or found lowered by an earlier run.
+            max_graphs=stats.graphs_built + stats.warm_starts,
             max_compiles=stats.max_compiles,
             # Ops that ran in PyTorch instead of MAX would make the row a lie.
             fallbacks=sum(issubclass(w.category, FallbackWarning) for w in caught),

@@ -214,6 +214,7 @@ def _child(model: str, variant: str, bundle: str | None) -> dict[str, Any]:
             max_compiles=stats.max_compiles,
             real_compiles=stats.max_compiles - stats.disk_cache_hits,
             eager_calls=stats.eager_calls,
+            warm_starts=stats.warm_starts,
             build_s=stats.build_seconds,
         )
     return figures

@@ -88,7 +88,8 @@ def print_timings(eager_ms: float, max_ms: float, first_call_s: float) -> None:
     stats = compile_stats()
     print(
         f"first call with max_backend: {first_call_s:.1f} s "
-        f"({stats.graphs_built} MAX graph(s) built, {stats.max_compiles} compiled)"
+        f"({stats.graphs_built + stats.warm_starts} MAX graph(s), "
+        f"{stats.warm_starts} from a warm start, {stats.max_compiles} compiled)"
     )
     print(
         f"per call: eager {eager_ms:.2f} ms, max_backend {max_ms:.2f} ms "

@@ -43,3 +43,13 @@ def max_calls(monkeypatch: pytest.MonkeyPatch) -> MaxCalls:
 
     monkeypatch.setattr(CompiledGraph, "__call__", counted)
     return calls
+
+
+@pytest.fixture
+def without_warm_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every graph is built and compiled as if never seen before (no warm
+    start from a record an earlier test or run left): for tests of what a
+    first compile does."""
+    from torch_max_backend import backend
+
+    monkeypatch.setattr(backend, "start_warm", lambda *args, **kwargs: None)

@@ -24,6 +24,8 @@ from torch_max_backend import (
 from torch_max_backend import backend as backend_module
 
 BACKGROUND = {"background_compile": True}
+# What happens while a graph compiles: no graph may start warm.
+pytestmark = pytest.mark.usefixtures("without_warm_starts")
 
 
 @pytest.fixture

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import torch_max_backend
 from torch_max_backend import compile_stats, max_backend, reset_compile_stats
+
+# What building and compiling count: no graph may start warm (test_warm_start.py).
+pytestmark = pytest.mark.usefixtures("without_warm_starts")
 
 
 def _simple_math(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -89,7 +89,9 @@ def test_a_second_process_loads_the_graph_from_max_disk_cache():
     assert child() == [1, 1]
 
 
-def test_a_truncated_saved_graph_is_compiled_again(tmp_path, monkeypatch, max_calls):
+def test_a_truncated_saved_graph_is_compiled_again(
+    tmp_path, monkeypatch, max_calls, without_warm_starts
+):
     import warnings
 
     import torch

@@ -118,14 +118,14 @@ def test_gpt2_generate_one_graph_for_every_length(max_calls, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "result: greedy tokens: eager and max_backend agree" in out
-    assert "4 steps (lengths 8..11): 1 MAX graph(s) built" in out
+    assert "4 steps (lengths 8..11): 1 MAX graph(s)" in out
     # Every step of the first generation, median_ms's warm-up and one timed
     # generation ran the same single MAX graph.
     assert max_calls.count == 3 * new_tokens
     assert len(set(max_calls.names)) == 1
     assert max_calls.names[0].startswith("inference_")
     stats = compile_stats()
-    assert stats.graphs_built == 1
+    assert stats.graphs_built + stats.warm_starts == 1  # built, or warm
     # Compiled once, or loaded from MAX's disk cache once (still counted), or
     # found already loaded in this process.
     assert stats.max_compiles + stats.cache_hits == 1

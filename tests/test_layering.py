@@ -41,6 +41,7 @@ ROOMS: dict[str, str] = {
     "aot.exporter": "export",
     "backend": "backend",
     "background": "backend",
+    "warm_start": "backend",
     "cli": "cli",
     "cli_aot": "cli",
     "": "api",  # the package's __init__: public names, imported lazily

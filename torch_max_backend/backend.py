@@ -28,9 +28,16 @@ from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning, Placement, needs_torch, settle, start_split
 from .fallback import warn as warn_fallback
 from .logs import show_on_stderr
-from .lower.builder import BuiltGraph, build_graph, check_supported, is_size_arithmetic
+from .lower.builder import (
+    BuiltGraph,
+    build_graph,
+    check_supported,
+    graph_fingerprint,
+    is_size_arithmetic,
+)
 from .lower.families import register_families
 from .lower.registry import decomposition_table
+from .plan import GraphPlan
 from .runtime.compile_workers import worker_count
 from .runtime.compiled_graph import CompiledGraph
 from .runtime.module_batch import gathered
@@ -40,6 +47,7 @@ from .runtime.session import compile_graph_async
 from .runtime.stats import add_pending
 from .runtime.stats import record as record_stats
 from .settings import Settings
+from .warm_start import remember, start_warm
 
 _graph_ids = itertools.count()
 _BUILD_LOCK = threading.Lock()
@@ -79,17 +87,28 @@ def compile_aten_graph(
             gm.print_readable(print_output=False),
         )
     worker_count(settings.compile_workers)  # the first compile fixes it
+    fingerprint = graph_fingerprint(gm)
+    if fingerprint is not None:
+        warm = start_warm(gm, fingerprint, settings)
+        if warm is not None:
+            return _compiled_graph(
+                warm.plan,
+                warm.constants,
+                settings,
+                name,
+                (warm.model, warm.token, True, warm.seconds),
+            )
     if settings.background_compile:
         return compile_in_background(
             name,
             gm,
-            lambda copied: _start_compile(copied, settings, name),
+            lambda copied: _start_compile(copied, settings, name, fingerprint),
             strict=settings.strict,
             verbose=settings.verbose,
         )
     add_pending(1)
     try:
-        return _compile(gm, settings, name)
+        return _compile(gm, settings, name, fingerprint)
     finally:
         add_pending(-1)
 
@@ -113,20 +132,23 @@ def computes_nothing(gm: torch.fx.GraphModule) -> bool:
 
 
 def _compile(
-    gm: torch.fx.GraphModule, settings: Settings, name: str
+    gm: torch.fx.GraphModule, settings: Settings, name: str, fingerprint: str | None
 ) -> Callable[[list], list]:
     """``gm`` on MAX: whole, split around ops that run in PyTorch (its blocks
     compiled together as one module), or (when MAX cannot take it and not
     ``strict``) in PyTorch."""
     with gathered():
-        finish = _start_compile(gm, settings, name)
+        finish = _start_compile(gm, settings, name, fingerprint)
     return finish()
 
 
-def _start_compile(gm: torch.fx.GraphModule, settings: Settings, name: str) -> Finish:
+def _start_compile(
+    gm: torch.fx.GraphModule, settings: Settings, name: str, fingerprint: str | None
+) -> Finish:
     """Build ``gm`` and start compiling it; the returned function waits for
     the compile and gives the callable (``_compile`` in two halves, so that
-    several graphs' compiles can be started, and gathered, before any wait)."""
+    several graphs' compiles can be started, and gathered, before any wait).
+    A whole graph compiled is recorded under ``fingerprint`` (warm_start.py)."""
     placement = Placement(settings)
     builds = _Builds()
     try:
@@ -152,7 +174,7 @@ def _start_compile(gm: torch.fx.GraphModule, settings: Settings, name: str) -> F
             return make_boxed_func(split.forward)
 
         return finish_blocks
-    ready = _start_max(gm, whole, settings, name)
+    ready = _start_max(gm, whole, settings, name, fingerprint)
 
     def finish_whole() -> Callable[[list], list]:
         try:
@@ -206,10 +228,15 @@ def _in_pytorch(
 
 
 def _start_max(
-    gm: torch.fx.GraphModule, built: BuiltGraph, settings: Settings, name: str
+    gm: torch.fx.GraphModule,
+    built: BuiltGraph,
+    settings: Settings,
+    name: str,
+    fingerprint: str | None = None,
 ) -> Future[CompiledGraph]:
     """Start compiling one ATen graph, every op of which MAX can run, as one
-    MAX graph; the future raises ``MaxCompilerError`` when MAX refuses it."""
+    MAX graph; the future raises ``MaxCompilerError`` when MAX refuses it.
+    With a ``fingerprint``, the compiled graph is recorded under it."""
     if _graphs_log.isEnabledFor(logging.DEBUG):
         _graphs_log.debug("torch-max-backend: MAX graph %s:\n%s", name, built.graph)
     start = time.perf_counter()
@@ -230,8 +257,17 @@ def _start_max(
                         "Set TORCH_MAX_BACKEND_VERBOSE=1 to print the graphs."
                     ) from e
                 cached = record.cached
+                if fingerprint is not None:
+                    remember(fingerprint, built, record)
+            seconds = time.perf_counter() - start
             ready.set_result(
-                _compiled_graph(built, settings, name, model, token, cached, start)
+                _compiled_graph(
+                    built.plan,
+                    built.constants,
+                    settings,
+                    name,
+                    (model, token, cached, seconds),
+                )
             )
         except BaseException as e:
             ready.set_exception(e)
@@ -261,15 +297,16 @@ def _wait(
 
 
 def _compiled_graph(
-    built: BuiltGraph,
+    plan: GraphPlan,
+    constants: list[torch.Tensor],
     settings: Settings,
     name: str,
-    model: object,
-    token: object,
-    cached: bool,
-    start: float,
+    loaded: tuple[object, object, bool, float],
 ) -> CompiledGraph:
-    seconds = time.perf_counter() - start
+    """The callable of one MAX graph; ``loaded`` is its model, the token
+    keeping it loaded, whether it was found in this process, and the
+    seconds it took to get."""
+    model, token, cached, seconds = loaded
     if settings.profile:
         show_on_stderr("compile", logging.INFO)
         show_on_stderr("profile", logging.INFO)
@@ -279,13 +316,13 @@ def _compiled_graph(
             compiled: CompiledGraph = ProfiledCompiledGraph(
                 name,
                 model,
-                built.plan,
-                built.constants,
+                plan,
+                constants,
                 GraphStats(name, seconds, cached),
                 settings.max_cached_graphs,
             )
         else:
-            compiled = CompiledGraph(name, model, built.plan, built.constants)
+            compiled = CompiledGraph(name, model, plan, constants)
     # The model stays loaded while this compiled graph can still run it.
     compiled.keeps_model = token
     return compiled

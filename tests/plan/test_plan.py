@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from torch_max_backend.plan import (
     OutputKind,
     OutputSlot,
     compile_size_expr,
+    plan_from_data,
+    plan_to_data,
 )
 
 
@@ -53,6 +56,50 @@ def test_a_plan_pickles_and_says_when_results_pass_through():
     assert simple.results_only
     size = compile_size_expr(again.outputs[1].expr)
     assert size(_inputs((7, 3))) == 4
+
+
+def _every_kind_of_plan() -> GraphPlan:
+    return GraphPlan(
+        device="cuda:0",
+        inputs=(
+            InputSource(InputKind.FX_INPUT, 2),
+            InputSource(InputKind.CONSTANT, 0),
+            InputSource(InputKind.SEED),
+        ),
+        outputs=(
+            OutputSlot(OutputKind.GRAPH, 0),
+            OutputSlot(OutputKind.INPUT, 1),
+            OutputSlot(OutputKind.DIM, 0, 1),
+            OutputSlot(OutputKind.CONST, value=2.5),
+            OutputSlot(OutputKind.EXPR, expr=("mul", ("size", 0, 1), ("int", 3))),
+        ),
+        mutated=(1,),
+        num_graph_outputs=1,
+    )
+
+
+def test_a_plan_survives_json_and_comes_back_equal():
+    plan = _every_kind_of_plan()
+    again = plan_from_data(json.loads(json.dumps(plan_to_data(plan))))
+    assert again == plan
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: d.pop("inputs"), "malformed plan"),
+        (lambda d: d.update(device=3), "device is a string"),
+        (lambda d: d["inputs"].append(["weights", 0]), "is not a valid InputKind"),
+        (lambda d: d["outputs"][4].update(expr=["exec", 1]), "unknown size operator"),
+        (lambda d: d["outputs"][3].update(value="os.system"), "must be a number"),
+        (lambda d: d.update(mutated=["1"]), "must be an int"),
+    ],
+)
+def test_a_damaged_plan_is_refused_with_the_reason(damage, message):
+    data = plan_to_data(_every_kind_of_plan())
+    damage(data)
+    with pytest.raises(ValueError, match=message):
+        plan_from_data(data)
 
 
 def test_size_expressions_from_sympy_evaluate_like_python():

@@ -32,7 +32,7 @@ fn = torch.compile(lambda x, y: x + y * 2, backend="max")
 x, y = torch.randn(3, 4), torch.randn(3, 4)
 torch.testing.assert_close(fn(x, y), x + y * 2)
 s = tmb.compile_stats()
-print(json.dumps([s.max_compiles, s.disk_cache_hits]))
+print(json.dumps([s.max_compiles, s.disk_cache_hits, s.graphs_built, s.warm_starts]))
 """
 
 
@@ -63,8 +63,11 @@ def test_a_fresh_process_with_empty_caches_compiles_nothing(bundle, tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    max_compiles, disk_hits = json.loads(done.stdout.strip().splitlines()[-1])
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    max_compiles, disk_hits, built, warm = counts
     assert max_compiles == disk_hits == 1
+    # The graph's record came too: its MAX graph was not even built.
+    assert built == 0 and warm == 1
     # MAX's compiler never ran: its own cache stayed empty.
     assert not _cache_files(tmp_path / "cache" / ".max_cache")
 

@@ -7,6 +7,7 @@ or written beside an exported graph.
 """
 
 from .graph_plan import GraphPlan, InputKind, InputSource, OutputKind, OutputSlot
+from .plan_json import plan_from_data, plan_to_data
 from .size_expr import SizeExpr, SizeFunction, compile_size_expr
 
 __all__ = [
@@ -18,4 +19,6 @@ __all__ = [
     "SizeExpr",
     "SizeFunction",
     "compile_size_expr",
+    "plan_from_data",
+    "plan_to_data",
 ]

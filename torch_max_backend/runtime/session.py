@@ -45,6 +45,8 @@ class CompileRecord:
     # time.perf_counter() when the compile was asked for: compiles that
     # overlap ran side by side (compile_workers.py).
     started: float = 0.0
+    # Where the compiled graph is saved (storage/artifacts.py).
+    artifact: Path | None = None
 
 
 _LOCK = threading.Lock()
@@ -65,12 +67,20 @@ def graph_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+_CACHE_NAME = "<torch-max-backend cache>"
+
+
 def portable_text(text: str) -> str:
     """``text`` with this machine's cache directory replaced by a name: the
     Mojo kernel libraries a graph loads are built there, and the same graph
     on another machine (a bundle unpacked there, another user) must find the
     same saved artifact."""
-    return text.replace(str(own_cache_dir()), "<torch-max-backend cache>")
+    return text.replace(str(own_cache_dir()), _CACHE_NAME)
+
+
+def local_text(portable: str) -> str:
+    """``portable_text``'s reverse: the name replaced by this machine's cache."""
+    return portable.replace(_CACHE_NAME, str(own_cache_dir()))
 
 
 _CORRUPT = re.compile(r"corrupted file: .*? for file '([^']+)'")
@@ -246,6 +256,7 @@ def compile_graph_async(
                 from_disk,
                 libraries,
                 start,
+                path,
             )
             COMPILE_LOG.append(record)
             if first:
@@ -266,3 +277,50 @@ def compile_graph_async(
     else:
         loading.add_done_callback(finish)
     return result
+
+
+def load_saved(
+    key: str,
+    path: Path,
+    device: torch.device,
+    libraries: tuple[str, ...] = (),
+    *,
+    keep: int | None = None,
+) -> tuple[Model, CompileRecord, Hold] | None:
+    """The model of the graph whose key is ``key`` (and which loads the Mojo
+    kernel ``libraries``), from this process's table or the artifact at
+    ``path``, without its MAX graph: None when neither has it (the caller
+    then builds and compiles the graph)."""
+    cache_key = (key, str(device))
+    start = time.perf_counter()
+    with _LOCK:
+        if keep is not None:
+            MODELS.resize(keep)
+            COMPILE_LOG.resize(keep)
+        loaded = MODELS.get(cache_key)
+        if loaded is not None:
+            token = MODELS.hold(cache_key)
+            record = CompileRecord(cache_key, 0.0, True, False, libraries, start, path)
+            COMPILE_LOG.append(record)
+            stats.record(cache_hits=1)
+            return loaded, record, token
+    model = read_artifact(session_for(device), path, member_name(key))
+    if model is None:
+        return None
+    with _LOCK:
+        if MODELS.get(cache_key) is None:
+            MODELS.put(cache_key, model, held=True)
+            token = MODELS.hold(cache_key, already_counted=True)
+        else:  # loaded meanwhile by another thread: share that one
+            model = MODELS.get(cache_key)
+            token = MODELS.hold(cache_key)
+    seconds = time.perf_counter() - start
+    record = CompileRecord(cache_key, seconds, False, True, libraries, start, path)
+    COMPILE_LOG.append(record)
+    stats.record(
+        max_compiles=1,
+        disk_cache_hits=1,
+        kernel_graphs=int(bool(libraries)),
+        compile_seconds=seconds,
+    )
+    return model, record, token

@@ -31,6 +31,9 @@ class CompileStats:
         build_seconds: time spent lowering ATen graphs to MAX graphs.
         compile_seconds: time spent in MAX's compiler and loader (summed
             over compiles, which may overlap in worker processes).
+        warm_starts: ATen graphs run without building their MAX graph:
+            an earlier process (or a bundle) recorded the plan and the
+            compiled artifact of the same graph (warm_start.py).
         eager_calls: calls of a graph that ran in PyTorch while its MAX
             graph was still compiling in the background.
         pending: ATen graphs whose MAX graphs are not ready yet (queued,
@@ -44,6 +47,7 @@ class CompileStats:
     kernel_graphs: int = 0
     build_seconds: float = 0.0
     compile_seconds: float = 0.0
+    warm_starts: int = 0
     eager_calls: int = 0
     pending: int = 0
 

@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from .. import logs
 from .artifacts import used_artifacts
 from .cache_dir import max_version, own_cache_dir
+from .known_graphs import RECORD_SUFFIX, RECORDS
 
 FORMAT = "torch-max-backend artifact bundle"
 FORMAT_VERSION = 1
@@ -119,14 +120,19 @@ def _digest(path: Path) -> str:
 
 
 def _in_bundle(path: Path, root: Path) -> bool:
-    """Artifacts under a device directory, and kernel builds; not files in
-    the making (hidden names) nor anything else."""
+    """Artifacts and the records of the graphs they hold (known_graphs.py)
+    under a device directory, and kernel builds; not files in the making
+    (hidden names) nor anything else."""
     parts = path.relative_to(root).parts
     return (
         len(parts) >= 2
         and path.is_file()
         and not any(part.startswith(".") for part in parts)
-        and (parts[0] == KERNELS or path.suffix == ".mef")
+        and (
+            parts[0] == KERNELS
+            or path.suffix == ".mef"
+            or (parts[1] == RECORDS and path.suffix == RECORD_SUFFIX)
+        )
     )
 
 
@@ -190,7 +196,7 @@ def save_artifacts(path: str | os.PathLike, *, everything: bool = False) -> Bund
     )
     return Bundle(
         target,
-        len(files) - kernel_files,
+        sum(1 for name in manifest["files"] if name.endswith(".mef")),
         kernel_files,
         target.stat().st_size,
     )
@@ -314,7 +320,7 @@ def install(bundle: Path) -> int:
                 continue  # the same key: the same compiled graph; keep it
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging / name, final)
-            installed += not name.startswith(f"{KERNELS}/")
+            installed += name.endswith(".mef")
     logs.get_logger("cache").info(
         "torch-max-backend: %d artifact(s) installed from %s", installed, bundle
     )

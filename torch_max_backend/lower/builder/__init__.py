@@ -16,15 +16,18 @@ from .capability import (
     strategy_of,
     why_unsupported,
 )
+from .fingerprint import graph_fingerprint
 from .planning import InputPlan
 from .walk import GRAPH_NAME, BuiltGraph, NodeWalk
 
 __all__ = [
     "GRAPH_NAME",
     "BuiltGraph",
+    "InputPlan",
     "build_graph",
     "check_supported",
     "find_unsupported",
+    "graph_fingerprint",
     "is_size_arithmetic",
     "strategy_of",
     "why_unsupported",

@@ -1,0 +1,89 @@
+"""A ``GraphPlan`` as JSON-ready data and back.
+
+Plans are saved beside compiled artifacts so that a later process can run a
+graph it has seen before without building its MAX graph again (warm_start.py),
+and bundles carry them to other machines: plain data, read with checks,
+never unpickled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .graph_plan import GraphPlan, InputKind, InputSource, OutputKind, OutputSlot
+from .size_expr import SizeExpr, check_size_expr
+
+
+def _expr_to_data(expr: SizeExpr) -> list[Any]:
+    return [e if not isinstance(e, tuple) else _expr_to_data(e) for e in expr]
+
+
+def _expr_from_data(data: Any) -> SizeExpr:
+    if not isinstance(data, list):
+        raise ValueError(f"a size expression is a list, got {data!r}")
+    return tuple(_expr_from_data(e) if isinstance(e, list) else e for e in data)
+
+
+def plan_to_data(plan: GraphPlan) -> dict[str, Any]:
+    """``plan`` as dicts, lists, strings and numbers (``json.dumps`` ready)."""
+    return {
+        "device": plan.device,
+        "inputs": [[s.kind.value, s.index] for s in plan.inputs],
+        "outputs": [
+            {
+                "kind": slot.kind.value,
+                "index": slot.index,
+                "dim": slot.dim,
+                "value": slot.value,
+                "expr": None if slot.expr is None else _expr_to_data(slot.expr),
+            }
+            for slot in plan.outputs
+        ],
+        "mutated": list(plan.mutated),
+        "num_graph_outputs": plan.num_graph_outputs,
+    }
+
+
+def _int(value: Any, what: str) -> int:
+    if type(value) is not int:
+        raise ValueError(f"{what} must be an int, got {value!r}")
+    return value
+
+
+def _slot(data: Any) -> OutputSlot:
+    if not isinstance(data, dict):
+        raise ValueError(f"an output slot is an object, got {data!r}")
+    value = data.get("value")
+    if value is not None and type(value) not in (int, float, bool):
+        raise ValueError(f"an output's constant must be a number, got {value!r}")
+    expr = data.get("expr")
+    if expr is not None:
+        expr = _expr_from_data(expr)
+        check_size_expr(expr)
+    return OutputSlot(
+        OutputKind(data.get("kind")),
+        _int(data.get("index"), "an output's index"),
+        _int(data.get("dim"), "an output's dim"),
+        value,
+        expr,
+    )
+
+
+def plan_from_data(data: Any) -> GraphPlan:
+    """The plan ``plan_to_data`` wrote; ValueError for anything malformed."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a plan is an object, got {type(data).__name__}")
+    try:
+        device = data["device"]
+        if not isinstance(device, str):
+            raise ValueError(f"a plan's device is a string, got {device!r}")
+        inputs = tuple(
+            InputSource(InputKind(kind), _int(index, "an input's index"))
+            for kind, index in data["inputs"]
+        )
+        outputs = tuple(_slot(slot) for slot in data["outputs"])
+        mutated = tuple(_int(i, "a mutated input") for i in data["mutated"])
+        count = _int(data["num_graph_outputs"], "the number of graph outputs")
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"malformed plan: {type(e).__name__}: {e}") from None
+    return GraphPlan(device, inputs, outputs, mutated, count)
