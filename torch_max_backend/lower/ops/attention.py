@@ -2,8 +2,16 @@
 
 torch picks an attention kernel per device; on CPU the ATen graph holds
 ``_scaled_dot_product_flash_attention_for_cpu`` and its backward, lowered
-here to one matmul/softmax formulation (in float32) that MAX fuses. The backward recomputes the probabilities from the saved
-log-sum-exp instead of storing them, as flash attention does.
+here to one matmul/softmax formulation (in float32) that MAX fuses. The
+backward recomputes the probabilities from the saved log-sum-exp instead of
+storing them, as flash attention does.
+
+Grouped- and multi-query attention (``enable_gqa``: fewer key/value heads
+than query heads, each serving a group of consecutive query heads) never
+copies K or V per query head: the query heads of a group are laid end to
+end, ``[B, Hq, L, E]`` read as ``[B, Hkv, (Hq / Hkv) * L, E]`` (the same
+memory), so one matmul per key/value head serves its whole group, and the
+gradients of K and V sum over the group in that same matmul.
 """
 
 from __future__ import annotations
@@ -23,16 +31,50 @@ from ..shapes import positions, static_size
 aten = torch.ops.aten
 
 
-def _no_dropout_same_heads(node: torch.fx.Node) -> str | None:
-    """No dropout, and as many key/value heads as query heads."""
-    names = [a.name for a in node.target._schema.arguments]
+def _no_dropout_whole_groups(node: torch.fx.Node) -> str | None:
+    """No dropout; the query heads split evenly over known key/value heads."""
     values = schema_args(node)
     if values.get("dropout_p", 0.0):
         return "attention with dropout_p > 0"
-    q, k = (fake_tensor(values[n]) for n in names[:2])
-    if q.shape[:-2] != k.shape[:-2]:
-        return "attention with fewer key/value heads than query heads"
+    q, k = fake_tensor(values["query"]), fake_tensor(values["key"])
+    if q.dim() != 4 or k.dim() != 4:
+        return "attention on tensors that are not 4-D"
+    if q.shape[:-2] == k.shape[:-2]:
+        return None
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if q.shape[0] != k.shape[0]:
+        return "attention whose query and key batch sizes differ"
+    if not isinstance(heads, int) or not isinstance(kv_heads, int):
+        return "grouped-query attention with a symbolic number of heads"
+    if kv_heads == 0 or heads % kv_heads:
+        return f"{heads} query heads do not split over {kv_heads} key/value heads"
     return None
+
+
+def _grouped(x: TensorValue, kv_heads: int) -> TensorValue:
+    """``[B, Hq, L, X]`` as ``[B, kv_heads, (Hq / kv_heads) * L, X]``: the
+    query heads of each group end to end, the same memory."""
+    heads = static_size(x.shape[1])
+    if heads == kv_heads:
+        return x
+    assert heads is not None and heads % kv_heads == 0
+    rows = x.shape[2] * (heads // kv_heads)
+    return ops.reshape(x, [x.shape[0], kv_heads, rows, x.shape[3]])
+
+
+def _ungrouped(x: TensorValue, like: TensorValue) -> TensorValue:
+    """``_grouped``'s reverse: back to ``like``'s ``[B, Hq, L]`` and ``x``'s last dim."""
+    if static_size(x.shape[1]) == static_size(like.shape[1]):
+        return x
+    return ops.reshape(x, [*like.shape[:3], x.shape[3]])
+
+
+def _grouped_matmul(a: TensorValue, b: TensorValue, like: TensorValue) -> TensorValue:
+    """Per query head ``a @ b`` where ``b`` has one entry per key/value head;
+    the result shaped as ``like``'s heads."""
+    kv_heads = static_size(b.shape[1])
+    assert kv_heads is not None
+    return _ungrouped(ops.matmul(_grouped(a, kv_heads), b), like)
 
 
 def _scores(
@@ -48,7 +90,8 @@ def _scores(
     qf = ops.cast(q, DType.float32)
     kf = ops.cast(k, DType.float32)
     s = ops.mul(
-        ops.matmul(qf, ops.transpose(kf, -1, -2)), as_tensor(factor, DType.float32)
+        _grouped_matmul(qf, ops.transpose(kf, -1, -2), q),
+        as_tensor(factor, DType.float32),
     )
     neg_inf = as_tensor(-math.inf, DType.float32)
     if mask is not None:
@@ -83,7 +126,7 @@ def _forward(
     s, _ = _scores(q, k, mask, is_causal, scale)
     lse = _logsumexp(s)
     p = ops.exp(ops.sub(s, ops.unsqueeze(lse, -1)))
-    out = ops.matmul(p, ops.cast(v, DType.float32))
+    out = _grouped_matmul(p, ops.cast(v, DType.float32), q)
     return ops.cast(out, q.dtype), lse
 
 
@@ -98,16 +141,25 @@ def _backward(
     is_causal: bool,
     scale: float | None,
 ) -> tuple[TensorValue, TensorValue, TensorValue]:
+    kv_heads = static_size(k.shape[1])
+    assert kv_heads is not None
     s, factor = _scores(q, k, mask, is_causal, scale)
     p = ops.exp(ops.sub(s, ops.unsqueeze(ops.cast(lse, DType.float32), -1)))
     do = ops.cast(grad_out, DType.float32)
-    grad_v = ops.matmul(ops.transpose(p, -1, -2), do)
-    dp = ops.matmul(do, ops.transpose(ops.cast(v, DType.float32), -1, -2))
+    # K's and V's gradients sum over the query heads of their group: the
+    # grouped layout's rows hold them all, so the matmul sums them.
+    grad_v = ops.matmul(
+        ops.transpose(_grouped(p, kv_heads), -1, -2), _grouped(do, kv_heads)
+    )
+    dp = _grouped_matmul(do, ops.transpose(ops.cast(v, DType.float32), -1, -2), q)
     # d softmax: P * (dP - rowsum(dO * O)).
     delta = ops.sum(ops.mul(do, ops.cast(out, DType.float32)), -1)
     ds = ops.mul(ops.mul(p, ops.sub(dp, delta)), factor)
-    grad_q = ops.matmul(ds, ops.cast(k, DType.float32))
-    grad_k = ops.matmul(ops.transpose(ds, -1, -2), ops.cast(q, DType.float32))
+    grad_q = _grouped_matmul(ds, ops.cast(k, DType.float32), q)
+    grad_k = ops.matmul(
+        ops.transpose(_grouped(ds, kv_heads), -1, -2),
+        _grouped(ops.cast(q, DType.float32), kv_heads),
+    )
     return (
         ops.cast(grad_q, q.dtype),
         ops.cast(grad_k, k.dtype),
@@ -117,7 +169,7 @@ def _backward(
 
 @lowering(
     aten._scaled_dot_product_flash_attention_for_cpu.default,
-    supports=_no_dropout_same_heads,
+    supports=_no_dropout_whole_groups,
 )
 def flash_attention_for_cpu(
     query: TensorValue,
@@ -135,7 +187,7 @@ def flash_attention_for_cpu(
 
 @lowering(
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
-    supports=_no_dropout_same_heads,
+    supports=_no_dropout_whole_groups,
 )
 def flash_attention_for_cpu_backward(
     grad_out: TensorValue,
