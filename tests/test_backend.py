@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -206,3 +207,20 @@ def test_outputs_are_fresh_tensors_that_outlive_later_calls(monkeypatch):
         torch.testing.assert_close(tripled, z * 3)
         assert (plus_one, half) == (rows + 1, rows // 2)
     assert [g._results_only for g in graphs] == [True, False]
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_torch_compile_modes_are_accepted(max_calls, mode):
+    # transformers' CompileConfig passes mode="reduce-overhead" by default.
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    got = torch.compile(lambda a, b: a + b * 2, backend="max", mode=mode)(x, y)
+    torch.testing.assert_close(got, x + y * 2)
+    assert max_calls.count == 1
+
+
+def test_an_unknown_mode_is_refused_with_the_known_ones():
+    fn = torch.compile(lambda a: a + 1, backend="max", mode="fastest-please")
+    with pytest.raises(
+        Exception, match=r"does not know mode 'fastest-please'.*reduce-overhead"
+    ):
+        fn(torch.randn(2))
