@@ -42,6 +42,7 @@ ROOMS: dict[str, str] = {
     "backend": "backend",
     "background": "backend",
     "warm_start": "backend",
+    "deferred": "backend",
     "cli": "cli",
     "cli_aot": "cli",
     "": "api",  # the package's __init__: public names, imported lazily

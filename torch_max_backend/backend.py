@@ -24,6 +24,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import logs
 from .background import Finish, compile_in_background, compiled_together
+from .deferred import FirstCallWaits
 from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning, Placement, needs_torch, settle, start_split
 from .fallback import warn as warn_fallback
@@ -40,7 +41,7 @@ from .lower.registry import decomposition_table
 from .plan import GraphPlan
 from .runtime.compile_workers import worker_count
 from .runtime.compiled_graph import CompiledGraph
-from .runtime.module_batch import gathered
+from .runtime.module_batch import gathered, gathering
 from .runtime.profile import GraphStats, ProfiledCompiledGraph
 from .runtime.progress import compile_progress, wanted
 from .runtime.session import compile_graph_async
@@ -107,6 +108,15 @@ def compile_aten_graph(
             verbose=settings.verbose,
         )
     add_pending(1)
+    if gathering():
+        # max_backend gathers a step's forward and backward into one MAX
+        # module, compiled once both are handed over: wait at the first call.
+        try:
+            with gathered():
+                return FirstCallWaits(_start_compile(gm, settings, name, fingerprint))
+        except BaseException:
+            add_pending(-1)
+            raise
     try:
         return _compile(gm, settings, name, fingerprint)
     finally:
@@ -385,13 +395,12 @@ def max_backend(
         partition_fn=functools.partial(_checked_partition, strict=settings.strict),
         keep_inference_input_mutations=True,
     )
-    if settings.background_compile:
-        # The backward's compile starts with the forward's, instead of at
-        # the first backward: both compile, as one MAX module, while the
-        # step runs in PyTorch.
-        with (
-            torch._functorch.config.patch(force_non_lazy_backward_lowering=True),
-            compiled_together(),
-        ):
-            return backend(gm, example_inputs)
-    return backend(gm, example_inputs)
+    # The backward's compile starts with the forward's, instead of at the
+    # first backward: both compile as one MAX module, in the background
+    # while the step runs in PyTorch, or else before the first call returns.
+    together = compiled_together() if settings.background_compile else gathered()
+    with (
+        torch._functorch.config.patch(force_non_lazy_backward_lowering=True),
+        together,
+    ):
+        return backend(gm, example_inputs)

@@ -3,6 +3,7 @@ merged, or a module MAX refuses, compile one by one instead."""
 
 from __future__ import annotations
 
+import copy
 from concurrent.futures import Future
 
 import numpy as np
@@ -158,3 +159,23 @@ def test_the_blocks_of_a_split_graph_compile_as_one_module(
         torch.testing.assert_close(compiled(x), fn(x))
     assert module_compiles == [2]
     assert max_calls.count == 2
+
+
+def test_a_training_step_s_forward_and_backward_compile_as_one_module(
+    module_compiles, monkeypatch, max_calls, without_warm_starts
+):
+    # Default mode: the backward is handed over with the forward and both
+    # compile as one module before the first call returns.
+    monkeypatch.setattr(session_module, "read_artifact", lambda *a, **k: None)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2)
+    )
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 6)
+    torch.compile(model, backend=max_backend)(x).square().sum().backward()
+    assert module_compiles == [2]
+    reference(x).square().sum().backward()
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad)
+    assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1

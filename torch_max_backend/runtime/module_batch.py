@@ -108,6 +108,11 @@ def gathered() -> Iterator[None]:
         _submit(requests)
 
 
+def gathering() -> bool:
+    """Whether compiles started on this thread now are held for a gathering."""
+    return getattr(_local, "requests", None) is not None
+
+
 @contextmanager
 def alone() -> Iterator[None]:
     """Compiles started inside this block are not gathered (their caller
