@@ -41,7 +41,7 @@ from .lower.registry import decomposition_table
 from .plan import GraphPlan
 from .runtime.compile_workers import worker_count
 from .runtime.compiled_graph import CompiledGraph
-from .runtime.module_batch import gathered, gathering
+from .runtime.module_batch import alone, gathered, gathering
 from .runtime.profile import GraphStats, ProfiledCompiledGraph
 from .runtime.progress import compile_progress, wanted
 from .runtime.session import compile_graph_async
@@ -108,7 +108,7 @@ def compile_aten_graph(
             verbose=settings.verbose,
         )
     add_pending(1)
-    if gathering():
+    if gathering() and kind != "inference":
         # max_backend gathers a step's forward and backward into one MAX
         # module, compiled once both are handed over: wait at the first call.
         try:
@@ -118,7 +118,8 @@ def compile_aten_graph(
             add_pending(-1)
             raise
     try:
-        return _compile(gm, settings, name, fingerprint)
+        with alone():  # no backward follows: nothing to gather it with
+            return _compile(gm, settings, name, fingerprint)
     finally:
         add_pending(-1)
 

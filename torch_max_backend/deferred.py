@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, no_type_check
 
 from .background import Finish
 from .runtime.stats import add_pending
@@ -50,6 +50,7 @@ class FirstCallWaits:
                 add_pending(-1)
             return self._compiled
 
+    @no_type_check  # every call of a training graph passes here
     def __call__(self, args: list) -> Any:
         compiled = self._compiled
         if compiled is None:
