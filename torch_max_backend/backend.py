@@ -89,7 +89,8 @@ def compile_aten_graph(
         )
     worker_count(settings.compile_workers)  # the first compile fixes it
     fingerprint = graph_fingerprint(gm)
-    if fingerprint is not None:
+    # Whoever reads the MAX graphs (verbose) gets them built, not skipped.
+    if fingerprint is not None and not _graphs_log.isEnabledFor(logging.DEBUG):
         warm = start_warm(gm, fingerprint, settings)
         if warm is not None:
             return _compiled_graph(
