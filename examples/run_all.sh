@@ -20,7 +20,8 @@ run() {
 
 if [[ "${FULL:-0}" == 1 ]]; then
     run gpt2.py
-    run gpt2_generate.py
+    run generate.py
+    run generate.py --model gpt2
     run vgg.py
     run resnet.py
     run densenet.py
@@ -29,7 +30,7 @@ if [[ "${FULL:-0}" == 1 ]]; then
     run custom_op_no_graph_break.py
 else
     run gpt2.py --runs 3
-    run gpt2_generate.py --new-tokens 4
+    run generate.py --new-tokens 4 --runs 1
     run vgg.py --width 16 --size 32 --runs 3
     run resnet.py --width 8 --size 32 --runs 3
     run densenet.py --layout densenet-shallow --width 8 --size 32 --runs 3
