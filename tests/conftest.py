@@ -45,11 +45,15 @@ def max_calls(monkeypatch: pytest.MonkeyPatch) -> MaxCalls:
     return calls
 
 
-@pytest.fixture
-def without_warm_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True)
+def without_warm_starts(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every graph is built and compiled as if never seen before (no warm
-    start from a record an earlier test or run left): for tests of what a
-    first compile does."""
+    start from a record an earlier test or run left), so that tests see
+    their lowerings run; tests of warm starts are marked ``warm_starts``."""
+    if request.node.get_closest_marker("warm_starts"):
+        return
     from torch_max_backend import backend
 
     monkeypatch.setattr(backend, "start_warm", lambda *args, **kwargs: None)

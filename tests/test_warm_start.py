@@ -17,6 +17,8 @@ from torch_max_backend import warm_start as warm_start_module
 from torch_max_backend.runtime import session
 from torch_max_backend.runtime.model_table import ModelTable
 
+pytestmark = pytest.mark.warm_starts
+
 
 def _layer(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x @ w) * 0.5
