@@ -47,7 +47,7 @@ from .runtime.progress import compile_progress, wanted
 from .runtime.session import compile_graph_async
 from .runtime.stats import add_pending
 from .runtime.stats import record as record_stats
-from .settings import Settings
+from .settings import Settings, check_mode
 from .warm_start import remember, start_warm
 
 _graph_ids = itertools.count()
@@ -358,17 +358,6 @@ def _checked_partition(
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
-# torch.compile's modes, and what each means on MAX. MAX picks its kernels
-# itself and a compiled graph's call is already one execute (no Python per
-# op, nothing to capture), so every mode compiles the same graphs.
-MODES = {
-    "default": "compile every graph on MAX",
-    "reduce-overhead": "as default: a call of a MAX graph is already one execute",
-    "max-autotune": "as default: MAX chooses its kernels itself",
-    "max-autotune-no-cudagraphs": "as default: MAX chooses its kernels itself",
-}
-
-
 def max_backend(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[object],
@@ -379,13 +368,9 @@ def max_backend(
 
     ``torch.compile(model, backend=max_backend, options={"verbose": True})``;
     see ``Settings`` for the options and their environment variables, and
-    ``MODES`` for what torch.compile's ``mode`` means here.
+    ``settings.MODES`` for what torch.compile's ``mode`` means here.
     """
-    if mode is not None and mode not in MODES:
-        raise ValueError(
-            f"torch-max-backend does not know mode {mode!r}; "
-            f"known modes: {', '.join(MODES)}"
-        )
+    check_mode(mode)
     register_families()
     settings = Settings.resolve(options)
     compiler = functools.partial(compile_aten_graph, settings=settings)

@@ -46,6 +46,26 @@ def env_flag(*names: str) -> bool | None:
     )
 
 
+# torch.compile's modes, and what each means on MAX. MAX picks its kernels
+# itself and a compiled graph's call is already one execute (no Python per
+# op, nothing to capture), so every mode compiles the same graphs.
+MODES = {
+    "default": "compile every graph on MAX",
+    "reduce-overhead": "as default: a call of a MAX graph is already one execute",
+    "max-autotune": "as default: MAX chooses its kernels itself",
+    "max-autotune-no-cudagraphs": "as default: MAX chooses its kernels itself",
+}
+
+
+def check_mode(mode: str | None) -> None:
+    """Raise ValueError, naming the known modes, for a mode not in ``MODES``."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(
+            f"torch-max-backend does not know mode {mode!r}; "
+            f"known modes: {', '.join(MODES)}"
+        )
+
+
 @dataclass(frozen=True)
 class Settings:
     """Options of one ``torch.compile`` call.

@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import logs
 from .fallback import Placement, needs_torch
-from .lower.builder import BuiltGraph, InputPlan
+from .lower.builder import BuiltGraph, InputPlan, graph_device
 from .plan import GraphPlan, plan_from_data, plan_to_data
 from .runtime.model_table import Hold
 from .runtime.session import CompileRecord, load_saved, local_text, portable_text
@@ -54,12 +54,14 @@ def start_warm(
     """``gm`` from its record and saved artifact; None when there is no
     usable record (the caller then builds and compiles as usual)."""
     start = time.perf_counter()
-    with unset_fake_temporarily():  # constants are real tensors
-        inputs = InputPlan(gm)
-    path = record_path(fingerprint, str(inputs.device))
+    # Inputs are planned only for a graph with a record: a cold graph's
+    # build plans them anyway.
+    path = record_path(fingerprint, str(graph_device(gm)))
     saved = read_record(path)
     if saved is None or needs_torch(gm, Placement(settings)):
         return None  # never compiled whole, or split now (torch_executed_ops)
+    with unset_fake_temporarily():  # constants are real tensors
+        inputs = InputPlan(gm)
     try:
         plan = plan_from_data(saved["plan"])
         key = saved["graph_key"]

@@ -17,7 +17,7 @@ from .capability import (
     why_unsupported,
 )
 from .fingerprint import graph_fingerprint
-from .planning import InputPlan
+from .planning import InputPlan, graph_device
 from .walk import GRAPH_NAME, BuiltGraph, NodeWalk
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "build_graph",
     "check_supported",
     "find_unsupported",
+    "graph_device",
     "graph_fingerprint",
     "is_size_arithmetic",
     "strategy_of",
