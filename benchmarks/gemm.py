@@ -1,6 +1,6 @@
 """MAX's and PyTorch's fp32 matmuls on the CPU, each measured in a process of its own.
 
-    python -m benchmarks.gemm [--runs 100]
+    python -m benchmarks.gemm [--runs 100] [--rows M]
 
 One fresh process times ``torch.nn.functional.linear`` and ``x @ w`` for the
 benchmark models' GEMM shapes; another times MAX graphs holding one matmul
@@ -11,6 +11,8 @@ default) and slow PyTorch's own threads down; measured in one process,
 PyTorch's GEMMs look up to a third slower than they are. A third process
 alternates a MAX matmul and a PyTorch one, the pattern of a model whose
 MAX graphs are interleaved with PyTorch work, and reports what that costs.
+``--rows 1`` gives every shape one row, a decode step's matrix-vector
+products, and reports the bandwidth each reaches reading its weight.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ SHAPES = [
 ]
 
 
+def _shapes(rows: int) -> list[tuple[int, int, int]]:
+    """SHAPES with M replaced by ``rows`` (0 keeps them as they are)."""
+    return [(rows or m, k, n) for m, k, n in SHAPES]
+
+
 def _median_ms(call: Callable[[], object], runs: int) -> float:
     for _ in range(5):
         call()
@@ -48,12 +55,12 @@ def _median_ms(call: Callable[[], object], runs: int) -> float:
     return sorted(times)[len(times) // 2] * 1e3
 
 
-def _torch_child(runs: int) -> dict[str, Any]:
+def _torch_child(runs: int, rows: int) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
     figures = {}
-    for m, k, n in SHAPES:
+    for m, k, n in _shapes(rows):
         x, w_nk, w_kn = torch.randn(m, k), torch.randn(n, k), torch.randn(k, n)
         figures[f"{m}x{k}x{n}"] = {
             "torch_linear": _median_ms(partial(F.linear, x, w_nk), runs),
@@ -87,12 +94,12 @@ def _max_model(
     return InferenceSession(devices=[CPU()]).load(graph)
 
 
-def _max_child(runs: int) -> dict[str, Any]:
+def _max_child(runs: int, rows: int) -> dict[str, Any]:
     import torch
     from max.driver import Buffer
 
     figures = {}
-    for m, k, n in SHAPES:
+    for m, k, n in _shapes(rows):
         row = {}
         for transposed, key in ((True, "max_nk"), (False, "max_kn")):
             model = _max_model(m, k, n, transposed, f"gemm_{key}_{m}_{k}_{n}")
@@ -106,13 +113,13 @@ def _max_child(runs: int) -> dict[str, Any]:
     return figures
 
 
-def _constant_child(runs: int) -> dict[str, Any]:
+def _constant_child(runs: int, rows: int) -> dict[str, Any]:
     import numpy as np
     import torch
     from max.driver import Buffer
 
     figures = {}
-    for m, k, n in SHAPES[:2]:
+    for m, k, n in _shapes(rows)[:2]:
         weight = np.random.default_rng(0).standard_normal((n, k), dtype=np.float32)
         model = _max_model(m, k, n, True, f"gemm_const_{m}_{k}_{n}", weight)
         x = Buffer.from_dlpack(torch.randn(m, k))
@@ -120,12 +127,12 @@ def _constant_child(runs: int) -> dict[str, Any]:
     return figures
 
 
-def _alternating_child(runs: int) -> dict[str, Any]:
+def _alternating_child(runs: int, rows: int) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
     from max.driver import Buffer
 
-    m, k, n = SHAPES[0]
+    m, k, n = _shapes(rows)[0]
     model = _max_model(m, k, n, True, f"gemm_max_nk_{m}_{k}_{n}")
     x, w = torch.randn(m, k), torch.randn(n, k)
     buffers = [Buffer.from_dlpack(x), Buffer.from_dlpack(w)]
@@ -150,10 +157,19 @@ CHILDREN = {
 }
 
 
-def _spawn(which: str, runs: int) -> dict[str, Any]:
+def _spawn(which: str, runs: int, rows: int) -> dict[str, Any]:
     try:
         return child_json(
-            ["-m", "benchmarks.gemm", "--child", which, "--runs", str(runs)]
+            [
+                "-m",
+                "benchmarks.gemm",
+                "--child",
+                which,
+                "--runs",
+                str(runs),
+                "--rows",
+                str(rows),
+            ]
         )
     except ChildFailed as e:
         raise SystemExit(f"the {which} process failed:\n{e.stderr[-3000:]}") from e
@@ -168,12 +184,19 @@ def main() -> None:
         help="also time MAX with the weight a graph constant (first two shapes; "
         "a cold compile takes about a minute per shape)",
     )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=0,
+        help="M of every shape (1: a decode step's matrix-vector products)",
+    )
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(CHILDREN[args.child](args.runs)), flush=True)
+        print(json.dumps(CHILDREN[args.child](args.runs, args.rows)), flush=True)
         return
-    torch_figures, max_figures = _spawn("torch", args.runs), _spawn("max", args.runs)
+    torch_figures = _spawn("torch", args.runs, args.rows)
+    max_figures = _spawn("max", args.runs, args.rows)
     rows = []
     for shape, t in torch_figures.items():
         mx = max_figures[shape]
@@ -187,6 +210,10 @@ def main() -> None:
                 f"{t['torch_kn']:.3f}",
                 f"{mx['max_kn']:.3f}",
                 f"{gflop / t['torch_linear'] * 1e3:.0f} / {gflop / mx['max_nk'] * 1e3:.0f}",
+                # fp32 weight read once: what bounds a matrix-vector product
+                f"{4 * k * n / t['torch_linear'] / 1e6:.0f} / "
+                f"{4 * k * n / mx['max_nk'] / 1e6:.0f} / "
+                f"{4 * k * n / mx['max_kn'] / 1e6:.0f}",
             ]
         )
     print(
@@ -199,11 +226,12 @@ def main() -> None:
                 "torch x@W[K,N] ms",
                 "MAX [K,N] ms",
                 "GFLOP/s torch / MAX",
+                "weight GB/s torch / MAX [N,K] / [K,N]",
             ],
         )
     )
     if args.constant:
-        constant = _spawn("constant", args.runs)
+        constant = _spawn("constant", args.runs, args.rows)
         print()
         for shape, ms in constant.items():
             print(
@@ -211,7 +239,7 @@ def main() -> None:
                 f"(as an input {max_figures[shape]['max_nk']:.3f}, "
                 f"torch {torch_figures[shape]['torch_linear']:.3f})"
             )
-    alt = _spawn("alternating", args.runs)
+    alt = _spawn("alternating", args.runs, args.rows)
     print(
         f"\n{alt['shape']}, one process: MAX alone {alt['max_alone']:.3f} ms, "
         f"torch after MAX has run {alt['torch_after_max']:.3f} ms, the two "

@@ -2,7 +2,9 @@
 
 Placeholders read their planned MAX inputs, lifted scalars reach lowerings as
 ``ScalarArg`` inputs, every lowering's result is checked against torch's fake
-tensor, and AOTAutograd's copies into mutated inputs become MAX buffer stores.
+tensor, and AOTAutograd's copies into mutated inputs become MAX buffer stores
+(of one slot only where a KV cache gets one new position: slot_writes);
+attention reads K and V before transformers' repeat_kv copies them (repeated_kv).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from ..shapes import static_size
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
 from .outputs import OutputPlan
 from .planning import InputPlan, writes_input
+from .repeated_kv import find_repeated_kv
+from .slot_writes import find_slot_writes, store_slot
 
 # A fixed name: MAX's caches key on the graph text, name included.
 GRAPH_NAME = "torch_max_graph"
@@ -79,6 +83,11 @@ class NodeWalk:
         self.values: dict[torch.fx.Node, Any] = {}
         self.twins = ChannelsLastTwins()
         self.graph = Graph(GRAPH_NAME, input_types=inputs.types)
+        self.slot_writes = find_slot_writes(gm, inputs.mutated)
+        # The cache inputs they update in place, and the copy_ nodes they replace.
+        self.written_in_place = {w.target for w in self.slot_writes.values()}
+        self.done_write_backs = {w.write_back: n for n, w in self.slot_writes.items()}
+        self.repeated_kv = find_repeated_kv(gm)
 
     def _input(self, index: int) -> Any:
         return self.graph.inputs[index]
@@ -99,6 +108,8 @@ class NodeWalk:
                 args[key] = scalar
             else:
                 kwargs[key] = scalar
+        for position, source in self.repeated_kv.get(node, ()):
+            args[position] = self.values[source]
         return args, kwargs
 
     def _call(self, node: torch.fx.Node) -> Any:
@@ -127,11 +138,27 @@ class NodeWalk:
                 raise LoweringError(node, e) from e
         return result
 
+    def _store_slot(self, node: torch.fx.Node) -> Any:
+        write = self.slot_writes[node]
+        buffer = self._input(self.inputs.input_of[write.target]).buffer
+        with lowering_node(node, self.inputs.device_ref, self.twins):
+            try:
+                return store_slot(
+                    buffer,
+                    write,
+                    self.values[write.position],
+                    self.values[write.source],
+                )
+            except Exception as e:
+                raise LoweringError(node, e) from e
+
     def _placeholder_value(self, node: torch.fx.Node) -> Any:
         meta = node.meta.get("val")
         plan = self.inputs
         if isinstance(meta, torch.Tensor):
             value = self._input(plan.input_of[node])
+            if node in self.written_in_place:
+                return None  # read only through its slot write (slot_writes)
             if node in plan.mutated:
                 # Read before any store: MAX orders buffer ops in graph order.
                 return ops.buffer_load(value.buffer)
@@ -186,6 +213,10 @@ class NodeWalk:
             for node in self.gm.graph.nodes:
                 if node.op == "get_attr":
                     self.values[node] = self._attribute_value(node)
+                elif node in self.slot_writes:
+                    self.values[node] = self._store_slot(node)
+                elif node in self.done_write_backs:
+                    self.values[node] = self.values[self.done_write_backs[node]]
                 elif node.op == "call_function":
                     writes = writes_input(node, node.args[0] if node.args else None)
                     result = self._call(node)

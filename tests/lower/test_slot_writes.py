@@ -1,0 +1,131 @@
+"""A llama-style decode step on MAX: the static KV cache is updated in place
+(one token's keys and values stored into their slot of the cache's own MAX
+buffer, not scattered into a copy of the whole cache that is then written
+back), and attention reads the grouped cache itself, not the per-query-head
+copy that transformers' repeat_kv makes."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.backends.common import aot_autograd
+
+from torch_max_backend import max_backend
+from torch_max_backend.lower.builder.planning import InputPlan
+from torch_max_backend.lower.builder.repeated_kv import find_repeated_kv, unrepeated
+from torch_max_backend.lower.builder.slot_writes import find_slot_writes
+from torch_max_backend.lower.families import register_families
+from torch_max_backend.lower.registry import decomposition_table
+
+CAPACITY = 24
+
+
+def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    """transformers' repeat_kv: each key/value head once per query head."""
+    b, heads, length, width = x.shape
+    x = x[:, :, None, :, :].expand(b, heads, group, length, width)
+    return x.reshape(b, heads * group, length, width)
+
+
+class StaticCache(torch.nn.Module):
+    """transformers' StaticCache update, then attention over it with a mask,
+    key/value heads repeated per query head as llama does."""
+
+    def __init__(self, read_old: bool = False) -> None:
+        super().__init__()
+        self.register_buffer("keys", torch.zeros(2, 2, CAPACITY, 8))
+        self.register_buffer("values", torch.zeros(2, 2, CAPACITY, 8))
+        self.read_old = read_old
+
+    def forward(self, q, k, v, position, mask):
+        old = self.keys.sum() if self.read_old else 0.0
+        self.keys.index_copy_(2, position, k)
+        self.values.index_copy_(2, position, v)
+        keys, values = _repeat_kv(self.keys, 2), _repeat_kv(self.values, 2)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        return out + old
+
+
+def _step(t: int, tokens: int = 1) -> tuple[torch.Tensor, ...]:
+    q = torch.randn(2, 4, tokens, 8)
+    k, v = torch.randn(2, 2, tokens, 8), torch.randn(2, 2, tokens, 8)
+    position = torch.arange(t, t + tokens)
+    mask = (torch.arange(CAPACITY) <= t + tokens - 1).view(1, 1, 1, CAPACITY)
+    return q, k, v, position, mask
+
+
+def _aten_graph(module: torch.nn.Module, tokens: int) -> torch.fx.GraphModule:
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm)
+        return gm
+
+    register_families()
+    backend = aot_autograd(
+        fw_compiler=keep,
+        keep_inference_input_mutations=True,
+        decompositions=decomposition_table(),
+    )
+    with torch.no_grad():
+        torch.compile(module, backend=backend, fullgraph=True)(*_step(0, tokens))
+    return graphs[0]
+
+
+@pytest.mark.parametrize(
+    ("read_old", "tokens", "found"),
+    [(False, 1, 2), (True, 1, 1), (False, 3, 0)],
+    ids=["one-token", "old-keys-read-elsewhere", "three-tokens"],
+)
+def test_only_one_position_writes_of_an_otherwise_unread_cache_go_in_place(
+    read_old, tokens, found
+):
+    gm = _aten_graph(StaticCache(read_old), tokens)
+    writes = find_slot_writes(gm, InputPlan(gm).mutated)
+    # Reading the old keys keeps their update functional; the values' still
+    # goes in place. Three positions at once stay functional.
+    assert len(writes) == found
+    assert all(w.dim == 2 for w in writes.values())
+
+
+def test_a_decode_step_updates_the_cache_in_place(max_calls, caplog):
+    torch.manual_seed(0)
+    eager, compiled_module = StaticCache(), StaticCache()
+    compiled = torch.compile(
+        compiled_module, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
+    caplog.set_level(logging.DEBUG, logger="torch_max_backend.graphs")
+    with torch.no_grad():
+        for t in [0, 1, 2, CAPACITY - 1]:  # up to the cache's last slot
+            inputs = _step(t)
+            torch.testing.assert_close(
+                compiled(*inputs), eager(*inputs), rtol=1e-5, atol=1e-5
+            )
+    torch.testing.assert_close(compiled_module.keys, eager.keys, rtol=0, atol=0)
+    torch.testing.assert_close(compiled_module.values, eager.values, rtol=0, atol=0)
+    assert max_calls.of("inference") == 4  # one graph, every position
+    graph = "\n".join(
+        r.getMessage() for r in caplog.records if "MAX graph" in r.getMessage()
+    )
+    assert graph.count("mo.mutable.store.slice") == 2
+    # Nothing stores a whole cache, and nothing scatters into a copy of one.
+    assert "mo.mutable.store " not in graph.replace("mo.mutable.store.slice", "")
+    assert "scatter" not in graph
+    # Attention's matmuls read the cache's 2 key/value heads, never 4 copies.
+    matmuls = [line for line in graph.splitlines() if "rmo.matmul" in line]
+    assert len(matmuls) == 2
+    assert all("[2, 4, 24, 8]" not in m and "[2, 4, 8, 24]" not in m for m in matmuls)
+
+
+def test_repeat_kv_is_seen_through_only_as_transformers_writes_it():
+    gm = _aten_graph(StaticCache(), 1)
+    (attention,) = find_repeated_kv(gm)
+    sources = dict(find_repeated_kv(gm)[attention])
+    # Both repeats lead back to the caches' updated values.
+    assert sorted(sources) == [1, 2]
+    assert all(s.target is torch.ops.aten.index_put.default for s in sources.values())
+    # The query, which no repeat made, is left as it is.
+    assert unrepeated(attention.args[0]) is None

@@ -1,0 +1,145 @@
+"""Writing one position of a mutated input in place: a KV cache's update.
+
+A static KV cache is updated with ``cache.index_copy_(dim, position, new)``;
+functionalized, that is ``index_put(cache, [None, .., position], new)`` (or
+``index_copy``) followed by AOTAutograd's ``copy_(cache, result)``. Lowered
+as written, every token would copy each layer's whole cache several times
+(scatter into a new tensor, store it all back). When the position is a
+single element and the cache is read nowhere else, the walk instead stores
+``new`` into that slot of the cache's own MAX buffer and reads the buffer
+back, so a token writes only its own slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from max.dtype import DType
+from max.graph import BufferValue, DeviceRef, TensorValue, ops
+
+from .planning import writes_input
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class SlotWrite:
+    """``source`` written at ``position`` (one element) along ``dim`` of ``target``."""
+
+    target: torch.fx.Node  # the mutated graph input
+    dim: int
+    position: torch.fx.Node
+    source: torch.fx.Node
+    write_back: torch.fx.Node  # AOTAutograd's copy_, made redundant
+
+
+def _one_position(node: object) -> bool:
+    if not isinstance(node, torch.fx.Node):
+        return False
+    meta = node.meta.get("val")
+    return (
+        isinstance(meta, torch.Tensor)
+        and meta.dim() <= 1
+        and not meta.dtype.is_floating_point
+        and meta.dtype != torch.bool
+        and all(isinstance(s, int) for s in meta.shape)
+        and meta.numel() == 1
+    )
+
+
+def _dim_and_position(node: torch.fx.Node) -> tuple[int, torch.fx.Node] | None:
+    """The dim and the position node of a one-position write, else None."""
+    if node.target is aten.index_copy.default and len(node.args) == 4:
+        _, dim, position, _ = node.args
+        if isinstance(dim, int) and _one_position(position):
+            return dim, position  # type: ignore[return-value]
+        return None
+    if node.target is aten.index_put.default:
+        indices = node.args[1]
+        accumulate = node.args[3] if len(node.args) > 3 else False
+        accumulate = node.kwargs.get("accumulate", accumulate)
+        if accumulate or not isinstance(indices, (list, tuple)) or not indices:
+            return None
+        *leading, position = indices
+        if all(i is None for i in leading) and _one_position(position):
+            return len(leading), position
+    return None
+
+
+def _slot_write(node: torch.fx.Node, mutated: set[torch.fx.Node]) -> SlotWrite | None:
+    if node.op != "call_function" or not node.args:
+        return None
+    target = node.args[0]
+    if target not in mutated:
+        return None
+    found = _dim_and_position(node)
+    if found is None:
+        return None
+    dim, position = found
+    source = node.args[2]
+    users = list(target.users)
+    write_backs = [u for u in users if writes_input(u, target)]
+    if len(users) != 2 or len(write_backs) != 1 or node not in users:
+        return None  # the cache's old value is read elsewhere: stay functional
+    write_back = write_backs[0]
+    if write_back.args[1] is not node:
+        return None
+    cache, new = target.meta.get("val"), getattr(source, "meta", {}).get("val")
+    if not isinstance(cache, torch.Tensor) or not isinstance(new, torch.Tensor):
+        return None
+    if not -cache.dim() <= dim < cache.dim() or not isinstance(cache.shape[dim], int):
+        return None  # a slot in a dynamic dim could not be kept in bounds
+    dim %= cache.dim()
+    slot_shape = list(cache.shape)
+    slot_shape[dim] = 1
+    if new.dtype != cache.dtype or list(new.shape) != slot_shape:
+        return None  # broadcasting or casting values: the functional path has it
+    return SlotWrite(target, dim, position, source, write_back)
+
+
+def find_slot_writes(
+    gm: torch.fx.GraphModule, mutated: list[torch.fx.Node]
+) -> dict[torch.fx.Node, SlotWrite]:
+    """The one-position writes of ``gm`` that can update a buffer in place,
+    keyed by the index_put (or index_copy) node."""
+    if str(_device_of(mutated)) != "cpu":
+        # The slot's start is read on the host; only CPU graphs are checked.
+        return {}
+    targets = set(mutated)
+    found = {}
+    for node in gm.graph.nodes:
+        write = _slot_write(node, targets)
+        if write is not None:
+            found[node] = write
+    return found
+
+
+def _device_of(nodes: list[torch.fx.Node]) -> torch.device | None:
+    for node in nodes:
+        meta = node.meta.get("val")
+        if isinstance(meta, torch.Tensor):
+            return meta.device
+    return None
+
+
+def store_slot(
+    buffer: BufferValue, write: SlotWrite, position: TensorValue, source: TensorValue
+) -> TensorValue:
+    """Store ``source`` into its slot of ``buffer``; the buffer's new contents."""
+    size = int(buffer.shape[write.dim])
+
+    def constant(value: int) -> TensorValue:
+        return ops.constant(value, DType.int64, device=DeviceRef.CPU())
+
+    start = ops.cast(ops.reshape(position, []), DType.int64)
+    # Negative positions count from the end, as in torch; a position out of
+    # range (torch raises) is clamped so that no store leaves the buffer.
+    start = ops.where(start < constant(0), start + constant(size), start)
+    start = ops.where(start < constant(0), constant(0), start)
+    start = ops.where(start > constant(size - 1), constant(size - 1), start)
+    indices: list[object] = [slice(None)] * len(buffer.shape)
+    indices[write.dim] = (slice(start, start + 1), 1)
+    ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
+    # Read after the store: MAX orders buffer operations in graph order.
+    return ops.buffer_load(buffer)
