@@ -98,7 +98,7 @@ def coverage() -> list[OpStatus]:
 def capability_note(fn: object) -> str:
     """What a partial lowering covers: its capability check's summary paragraph."""
     check = getattr(fn, SUPPORTS, None)
-    if check is None:
+    if check is None or getattr(check, "covers_all", False):
         return ""
     doc = (check.__doc__ or "").strip().split("\n\n")[0]
     text = " ".join(doc.split()) or check.__name__.strip("_").replace("_", " ")

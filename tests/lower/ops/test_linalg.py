@@ -1,13 +1,81 @@
 """Matrix products and distances: the family's build check.
 
 Numerics are compared with eager PyTorch by the OpInfo sweep (tests/opinfo);
-this module checks that every case reaching the family builds.
+this module checks that every case reaching the family builds, and that a
+decode step's one-row products take the row-sum strategy and match eager.
 """
 
 from __future__ import annotations
 
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torch_max_backend import max_backend
+from torch_max_backend.lower.families import register_families
+from torch_max_backend.lower.registry import (
+    MAPPING_TORCH_ATEN_TO_MAX,
+    strategy_for,
+    unsupported_reason,
+)
+
 from .family_check import check_family
+
+aten = torch.ops.aten
 
 
 def test_linalg_lowerings_build_for_every_opinfo_case():
     check_family("linalg")
+
+
+def _product_node(fn, *inputs: torch.Tensor) -> torch.fx.Node:
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    products = [aten.mm.default, aten.addmm.default]
+    (node,) = [n for n in gm.graph.nodes if n.target in products]
+    return node
+
+
+# (id, expected strategy, function, inputs): a decode step's Linear (one row
+# against a weight stored [N, K]) takes row sums; the rest, MAX's matmul.
+STRATEGY_CASES = [
+    ("linear-one-row", "row_sums", F.linear, (torch.zeros(1, 64), torch.zeros(96, 64))),
+    ("linear-bias-one-row", "row_sums", F.linear,
+     (torch.zeros(1, 64), torch.zeros(96, 64), torch.zeros(96))),
+    ("linear-two-rows", "matmul", F.linear, (torch.zeros(2, 64), torch.zeros(96, 64))),
+    ("weight-stored-kn", "matmul", torch.mm, (torch.zeros(1, 64), torch.zeros(64, 96))),
+    ("bfloat16", "matmul", F.linear,
+     (torch.zeros(1, 64, dtype=torch.bfloat16), torch.zeros(96, 64, dtype=torch.bfloat16))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("expected", "fn", "inputs"),
+    [case[1:] for case in STRATEGY_CASES],
+    ids=[case[0] for case in STRATEGY_CASES],
+)
+def test_one_row_products_read_stored_rows(expected, fn, inputs):
+    register_families()
+    node = _product_node(fn, *inputs)
+    lower = MAPPING_TORCH_ATEN_TO_MAX[node.target]
+    assert unsupported_reason(lower, node) is None
+    assert strategy_for(lower, node) == expected
+
+
+def test_row_sums_match_eager(max_calls):
+    torch.manual_seed(0)
+    x, w, b = torch.randn(1, 300), torch.randn(500, 300), torch.randn(500)
+
+    def linears(x, w, b):
+        # A tied weight read twice, with and without a bias, scaled as addmm
+        # allows; then a two-row product through MAX's matmul.
+        one = F.linear(x, w) + torch.addmm(b, x, w.t(), beta=0.5, alpha=2.0)
+        return one, F.linear(torch.cat([x, 2 * x]), w, b)
+
+    compiled = torch.compile(
+        linears, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
+    got, want = compiled(x, w, b), linears(x, w, b)
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert max_calls.of("inference") == 1

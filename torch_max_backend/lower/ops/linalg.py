@@ -9,8 +9,8 @@ import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
-from ..kit import arg_tensor
-from ..registry import lowering
+from ..kit import arg_tensor, node_arg
+from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
 
 aten = torch.ops.aten
@@ -22,10 +22,53 @@ def _times(x: TensorValue, factor: Operand) -> TensorValue:
     return ops.mul(x, as_tensor(factor, x.dtype))
 
 
-@lowering(aten.mm.default)
-def mm(self: TensorValue, mat2: TensorValue) -> TensorValue:
+_TRANSPOSES = {aten.t.default, aten.transpose.int, aten.permute.default}
+
+
+def one_row_times_stored_rows(node: torch.fx.Node) -> str | None:
+    """One float32 row times a weight stored [N, K] and read transposed (a Linear in decode)."""
+    # mm's operands are its first two arguments; addmm's follow the bias.
+    offset = 1 if node.target is aten.addmm.default else 0
+    row, weight = arg_tensor(node, offset), node_arg(node, offset + 1, "mat2", None)
+    if row.dtype != torch.float32 or list(row.shape[:1]) != [1]:
+        return "not one float32 row"
+    if not isinstance(weight, torch.fx.Node) or weight.target not in _TRANSPOSES:
+        return "a weight not read transposed"
+    stored = weight.args[0]
+    meta = stored.meta.get("val") if isinstance(stored, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or meta.dim() != 2:
+        return "a weight not read transposed"
+    if not meta.is_contiguous():
+        return "a weight whose rows are not contiguous"
+    return None
+
+
+def _row_times_stored_rows(row: TensorValue, mat2: TensorValue) -> TensorValue:
+    # MAX's matmul streams a [N, K] weight at about 30 GB/s for one row on
+    # this class of CPU; a product and a sum along each stored row read it at
+    # the memory's speed (72 of 78 GB/s, benchmarks.gemm --rows 1). MAX folds
+    # the transpose back, so each row is read where it lies.
+    rows = ops.transpose(mat2, 0, 1)
+    return ops.reshape(ops.sum(ops.mul(rows, row), -1), [1, rows.shape[0]])
+
+
+def _mm_by_row_sums(self: TensorValue, mat2: TensorValue) -> TensorValue:
+    """mm(Tensor self, Tensor mat2) -> Tensor"""
+    return _row_times_stored_rows(self, mat2)
+
+
+def _mm(self: TensorValue, mat2: TensorValue) -> TensorValue:
     """mm(Tensor self, Tensor mat2) -> Tensor"""
     return ops.matmul(self, mat2)
+
+
+mm = lowering_strategies(
+    aten.mm.default,
+    candidates=[
+        Strategy("row_sums", _mm_by_row_sums, one_row_times_stored_rows),
+        Strategy("matmul", _mm),
+    ],
+)
 
 
 @lowering(aten.bmm.default)
@@ -34,8 +77,7 @@ def bmm(self: TensorValue, mat2: TensorValue) -> TensorValue:
     return ops.matmul(self, mat2)
 
 
-@lowering(aten.addmm.default)
-def addmm(
+def _addmm(
     self: TensorValue,
     mat1: TensorValue,
     mat2: TensorValue,
@@ -46,6 +88,28 @@ def addmm(
     """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
     product = _times(ops.matmul(mat1, mat2), alpha)
     return ops.add(_times(self, beta), product)
+
+
+def _addmm_by_row_sums(
+    self: TensorValue,
+    mat1: TensorValue,
+    mat2: TensorValue,
+    *,
+    beta: Operand = 1,
+    alpha: Operand = 1,
+) -> TensorValue:
+    """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
+    product = _times(_row_times_stored_rows(mat1, mat2), alpha)
+    return ops.add(_times(self, beta), product)
+
+
+addmm = lowering_strategies(
+    aten.addmm.default,
+    candidates=[
+        Strategy("row_sums", _addmm_by_row_sums, one_row_times_stored_rows),
+        Strategy("matmul", _addmm),
+    ],
+)
 
 
 def _p_norm(diff: TensorValue, p: float, axis: int) -> TensorValue:

@@ -1,0 +1,274 @@
+"""Decoding speed of language models: transformers' generate() with a static
+KV cache, eagerly, with Inductor and with max_backend, in one run.
+
+    python -m benchmarks.decode                    # GPT-2 small and a llama-style model
+    python -m benchmarks.decode --models gpt2 --batches 1 --new-tokens 16
+    python -m benchmarks.decode --docs             # also rewrite its docs section
+
+Each model and backend is measured in a fresh process of its own (random
+weights from one seed, so every backend sees the same model): the time to
+the first decoded token (prefill and one decode step, compiling included),
+then greedy decode speed. Decode tokens/s come from the difference between
+generating 1 + N tokens and generating 1 (the prefill and its first token),
+medians over --runs, so the prefill, which transformers runs eagerly, is
+left out. Every generate() uses one cache length, so each backend compiles
+one decode graph per batch size. The memory-bandwidth bound is what a
+decode step must read (the weights once, a tied embedding once, the KV
+cache up to the tokens attended) over the machine's measured read
+bandwidth (benchmarks.bandwidth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from benchmarks import bandwidth
+from benchmarks.child import ChildFailed, child_json
+from benchmarks.run import machine
+
+BACKENDS = ("eager", "inductor", "max")
+ROOT = Path(__file__).resolve().parent.parent
+DOCS_BEGIN = "<!-- decode: begin (python -m benchmarks.decode --docs) -->"
+DOCS_END = "<!-- decode: end -->"
+
+
+def build(name: str) -> Any:
+    """GPT-2 small (12 layers, 768 wide, tied LM head) or a llama-style model
+    with grouped-query attention (8 query and 4 key/value heads)."""
+    import transformers
+
+    if name == "gpt2":
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config())
+    config = transformers.LlamaConfig(
+        hidden_size=512,
+        intermediate_size=1536,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        vocab_size=32000,
+        tie_word_embeddings=False,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+def _bytes_per_step(model: Any, batch: int, cache_tokens: float) -> float:
+    """Weights read once (shared storage once) plus the K and V attended."""
+    seen, weights = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            weights += p.numel() * p.element_size()
+    text = model.config.get_text_config()
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = text.hidden_size // text.num_attention_heads
+    kv = 2 * text.num_hidden_layers * heads * head_dim * 4 * cache_tokens * batch
+    return weights + kv
+
+
+def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from transformers.generation.configuration_utils import CompileConfig
+
+    from torch_max_backend import compile_stats, reset_compile_stats
+
+    torch.manual_seed(0)
+    model = build(name).eval()
+    config = None
+    if backend != "eager":
+        config = CompileConfig(backend=backend)
+        config._compile_all_devices = True  # transformers compiles on GPUs only else
+    capacity = args.prompt + args.new_tokens + 1
+    results: dict[str, Any] = {}
+    for batch in args.batches:
+        ids = torch.randint(0, model.config.vocab_size, (batch, args.prompt))
+
+        def generate(new: int, ids: torch.Tensor = ids) -> torch.Tensor:
+            return model.generate(
+                ids,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                cache_implementation="static",
+                max_cache_len=capacity,
+                compile_config=config,
+            )
+
+        def seconds(new: int) -> float:
+            times = []
+            for _ in range(args.runs):
+                start = time.perf_counter()
+                generate(new)
+                times.append(time.perf_counter() - start)
+            return statistics.median(times)
+
+        with torch.no_grad():
+            reset_compile_stats()
+            start = time.perf_counter()
+            tokens = generate(2)  # the prefill's token, then one decode step
+            first = time.perf_counter() - start
+            stats = compile_stats()
+            generate(2)  # warm
+            prefill = seconds(1)
+            both = seconds(1 + args.new_tokens)
+        step = (both - prefill) / args.new_tokens
+        attended = args.prompt + args.new_tokens / 2
+        results[str(batch)] = {
+            "first_token_s": first,
+            "graphs_built": stats.graphs_built,
+            "warm_starts": stats.warm_starts,
+            "step_ms": step * 1e3,
+            "tokens_per_s": batch / step,
+            "bytes_per_step": _bytes_per_step(model, batch, attended),
+            "tokens": tokens[:, args.prompt :].tolist(),
+        }
+    return results
+
+
+def _spawn(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    argv = ["-m", "benchmarks.decode", "--child", f"{name}:{backend}"]
+    argv += ["--batches", ",".join(map(str, args.batches))]
+    argv += ["--prompt", str(args.prompt), "--new-tokens", str(args.new_tokens)]
+    argv += ["--runs", str(args.runs)]
+    try:
+        return child_json(argv, timeout=args.timeout)
+    except ChildFailed as e:
+        print(e.stderr[-3000:])
+        return {"failed": e.stderr.strip().splitlines()[-1][:200]}
+
+
+def _rows(results: dict[str, Any], gbps: float) -> list[list[str]]:
+    rows = []
+    for name, by_backend in results.items():
+        eager = by_backend["eager"]
+        for batch in eager:
+            line = [name, batch]
+            for backend in BACKENDS:
+                figures = by_backend[backend].get(batch)
+                line.append(f"{figures['tokens_per_s']:.1f}" if figures else "failed")
+            mx, ind = by_backend["max"].get(batch), by_backend["inductor"].get(batch)
+            if mx:
+                line.append(f"{mx['tokens_per_s'] / eager[batch]['tokens_per_s']:.2f}x")
+                line.append(
+                    f"{mx['tokens_per_s'] / ind['tokens_per_s']:.2f}x" if ind else "-"
+                )
+                bound = int(batch) * gbps * 1e9 / mx["bytes_per_step"]
+                line.append(f"{bound:.0f} ({mx['tokens_per_s'] / bound:.0%})")
+                same = mx["tokens"] == eager[batch]["tokens"]
+                line.append("yes" if same else "NO")
+            else:
+                line += ["-"] * 4
+            for backend in ("eager", "inductor", "max"):
+                figures = by_backend[backend].get(batch)
+                line.append(f"{figures['first_token_s']:.1f}" if figures else "-")
+            rows.append(line)
+    return rows
+
+
+HEADERS = [
+    "model",
+    "batch",
+    "eager tok/s",
+    "Inductor tok/s",
+    "max tok/s",
+    "max/eager",
+    "max/Inductor",
+    "bound tok/s (max's share)",
+    "same tokens",
+    "first token s: eager",
+    "Inductor",
+    "max",
+]
+
+
+def _machine() -> str:
+    import transformers
+
+    m = machine()
+    return (
+        f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; torch {m['torch']}, "
+        f"max {m['max']}, transformers {transformers.__version__}"
+    )
+
+
+def _markdown(
+    table: str, args: argparse.Namespace, read: dict[str, Any], minutes: float
+) -> str:
+    return "\n".join(
+        [
+            DOCS_BEGIN,
+            "## Decoding: transformers' generate() with a static KV cache",
+            "",
+            f"`python -m benchmarks.decode --docs`, {minutes:.0f} minutes on "
+            f"{_machine()}.",
+            "",
+            f"Prompt {args.prompt} tokens, {args.new_tokens} new tokens, greedy, "
+            "random weights; GPT-2 small (124M parameters, LM head tied to the "
+            "embedding) and a llama-style model (8 layers, 512 wide, 8 query and 4 "
+            "key/value heads, 32k vocabulary, 58M parameters). *tok/s* is decode "
+            "only (prefill left out); *first token* is a fresh process's first "
+            "generate() of two tokens, compiling included (the MAX cache as the "
+            "run found it). The bound is the memory read bandwidth over the bytes "
+            "a decode step must read: the weights once and the KV cache attended. "
+            f"Read bandwidth here: {read['gbps']:.1f} GB/s ({read['how']}).",
+            "",
+            table,
+            "",
+            DOCS_END,
+        ]
+    )
+
+
+def write_docs(section: str) -> None:
+    page = ROOT / "docs" / "benchmarks.md"
+    text = page.read_text()
+    if DOCS_BEGIN in text and DOCS_END in text:
+        head, rest = text.split(DOCS_BEGIN, 1)
+        text = head + section + rest.split(DOCS_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    page.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="gpt2,llama")
+    parser.add_argument(
+        "--batches", type=lambda s: [int(b) for b in s.split(",")], default=[1, 8]
+    )
+    parser.add_argument("--prompt", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--docs", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        name, backend = args.child.split(":")
+        print(json.dumps(_measure(name, backend, args)), flush=True)
+        return
+    started = time.perf_counter()
+    read = bandwidth.measure()
+    print(f"memory read bandwidth: {read['gbps']:.1f} GB/s ({read['how']})")
+    results: dict[str, Any] = {}
+    for name in args.models.split(","):
+        results[name] = {}
+        for backend in BACKENDS:
+            figures = _spawn(name, backend, args)
+            results[name][backend] = {} if "failed" in figures else figures
+            print(f"{name} {backend}: {figures.get('failed', 'done')}", flush=True)
+    table = tabulate(_rows(results, read["gbps"]), headers=HEADERS, tablefmt="github")
+    print(table)
+    minutes = (time.perf_counter() - started) / 60
+    if args.docs:
+        write_docs(_markdown(table, args, read, minutes))
+
+
+if __name__ == "__main__":
+    main()
