@@ -263,6 +263,15 @@ def main(argv: list[str] | None = None) -> None:
             figures = _spawn(name, backend, args)
             results[name][backend] = {} if "failed" in figures else figures
             print(f"{name} {backend}: {figures.get('failed', 'done')}", flush=True)
+    # The VM's bandwidth drifts with its neighbours: the bound takes the better
+    # of a reading before and one after, so that no share is overstated.
+    after = bandwidth.measure()
+    print(f"memory read bandwidth after: {after['gbps']:.1f} GB/s")
+    if after["gbps"] > read["gbps"]:
+        read, after = after, read
+    read["how"] += (
+        f"; the better of two readings, before and after (other {after['gbps']:.1f})"
+    )
     table = tabulate(_rows(results, read["gbps"]), headers=HEADERS, tablefmt="github")
     print(table)
     minutes = (time.perf_counter() - started) / 60

@@ -70,10 +70,18 @@ def _torch_child(runs: int, rows: int) -> dict[str, Any]:
 
 
 def _max_model(
-    m: int, k: int, n: int, transposed: bool, name: str, constant: Any = None
+    m: int,
+    k: int,
+    n: int,
+    transposed: bool,
+    name: str,
+    constant: Any = None,
+    row_sums: bool = False,
 ) -> Any:
     """A one-matmul MAX model; the weight is its second input, or ``constant``
-    (a numpy array) embedded in the graph, which MAX may repack when compiling."""
+    (a numpy array) embedded in the graph, which MAX may repack when compiling.
+    ``row_sums``: one row against a [N, K] weight as a product and a sum along
+    each stored row, as our lowering builds a decode step's Linear."""
     from max.driver import CPU
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -90,7 +98,10 @@ def _max_model(
             w = graph.inputs[1].tensor
         else:
             w = ops.constant(constant, DType.float32, device)
-        graph.output(ops.matmul(x, ops.transpose(w, 0, 1) if transposed else w))
+        if row_sums:
+            graph.output(ops.reshape(ops.sum(ops.mul(w, x), -1), [1, n]))
+        else:
+            graph.output(ops.matmul(x, ops.transpose(w, 0, 1) if transposed else w))
     return InferenceSession(devices=[CPU()]).load(graph)
 
 
@@ -109,6 +120,13 @@ def _max_child(runs: int, rows: int) -> dict[str, Any]:
                 Buffer.from_dlpack(torch.randn(*weight)),
             ]
             row[key] = _median_ms(partial(model.execute, *buffers), runs)
+        if m == 1:
+            model = _max_model(m, k, n, True, f"gemv_rows_{k}_{n}", row_sums=True)
+            buffers = [
+                Buffer.from_dlpack(torch.randn(m, k)),
+                Buffer.from_dlpack(torch.randn(n, k)),
+            ]
+            row["max_row_sums"] = _median_ms(partial(model.execute, *buffers), runs)
         figures[f"{m}x{k}x{n}"] = row
     return figures
 
@@ -216,6 +234,9 @@ def main() -> None:
                 f"{4 * k * n / mx['max_kn'] / 1e6:.0f}",
             ]
         )
+        if "max_row_sums" in mx:
+            ms = mx["max_row_sums"]
+            rows[-1].append(f"{ms:.3f} ({4 * k * n / ms / 1e6:.0f} GB/s)")
     print(
         tabulate(
             rows,
@@ -227,6 +248,7 @@ def main() -> None:
                 "MAX [K,N] ms",
                 "GFLOP/s torch / MAX",
                 "weight GB/s torch / MAX [N,K] / [K,N]",
+                *(["MAX [N,K] as row sums ms"] if args.rows == 1 else []),
             ],
         )
     )

@@ -1,0 +1,65 @@
+"""The decode benchmark's plumbing: the bytes a decode step must read, its
+table (ratios, the bandwidth bound and its share, tokens compared) and its
+docs section. Cheap: nothing compiles; the figures come from running
+``python -m benchmarks.decode`` itself."""
+
+from __future__ import annotations
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from benchmarks import decode  # noqa: E402
+
+
+def test_a_tied_weight_is_read_once_and_the_cache_per_token_attended():
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100)
+    model = transformers.GPT2LMHeadModel(config)
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+    weights = 4 * sum(p.numel() for p in model.parameters())  # unique ones
+    kv = 2 * 2 * 4 * 16 * 4  # K and V, layers, heads, head width, float32
+    assert decode._bytes_per_step(model, 1, 10) == weights + 10 * kv
+    assert decode._bytes_per_step(model, 8, 10) == weights + 80 * kv
+
+
+def _figures(tokens_per_s: float, tokens: list) -> dict:
+    return {
+        "1": {
+            "tokens_per_s": tokens_per_s,
+            "first_token_s": 2.0,
+            "bytes_per_step": 1e9,
+            "tokens": tokens,
+        }
+    }
+
+
+def test_table_gives_ratios_bound_share_and_token_agreement():
+    results = {
+        "gpt2": {
+            "eager": _figures(10.0, [[1, 2]]),
+            "inductor": _figures(20.0, [[1, 2]]),
+            "max": _figures(30.0, [[1, 3]]),
+        }
+    }
+    (row,) = decode._rows(results, gbps=60.0)
+    assert row[:8] == [
+        "gpt2",
+        "1",
+        "10.0",
+        "20.0",
+        "30.0",
+        "3.00x",
+        "1.50x",
+        "60 (50%)",
+    ]
+    assert row[8] == "NO"  # max's tokens differ from eager's
+
+
+def test_docs_section_is_replaced(tmp_path, monkeypatch):
+    page = tmp_path / "docs" / "benchmarks.md"
+    page.parent.mkdir()
+    page.write_text(f"# B\n\n{decode.DOCS_BEGIN}\nold\n{decode.DOCS_END}\n\n## After\n")
+    monkeypatch.setattr(decode, "ROOT", tmp_path)
+    decode.write_docs(f"{decode.DOCS_BEGIN}\nnew\n{decode.DOCS_END}")
+    text = page.read_text()
+    assert "new" in text and "old" not in text and text.endswith("## After\n")
