@@ -6,23 +6,28 @@ KV cache, eagerly, with Inductor and with max_backend, in one run.
     python -m benchmarks.decode --docs             # also rewrite its docs section
 
 Each model and backend is measured in a fresh process of its own (random
-weights from one seed, so every backend sees the same model): the time to
-the first decoded token (prefill and one decode step, compiling included),
-then greedy decode speed. Decode tokens/s come from the difference between
-generating 1 + N tokens and generating 1 (the prefill and its first token),
-medians over --runs, so the prefill, which transformers runs eagerly, is
-left out. Every generate() uses one cache length, so each backend compiles
-one decode graph per batch size. The memory-bandwidth bound is what a
-decode step must read (the weights once, a tied embedding once, the KV
-cache up to the tokens attended) over the machine's measured read
-bandwidth (benchmarks.bandwidth).
+weights from one seed, so every backend sees the same model), with empty
+compile caches unless ``--caches user``: the time to the first decoded
+token (prefill and one decode step, compiling included), then greedy
+decode speed. Decode tokens/s come from the difference between generating
+1 + N tokens and generating 1 (the prefill and its first token), medians
+over --runs, so the prefill, which transformers runs eagerly, is left out.
+Every generate() uses one cache length, so each backend compiles one
+decode graph per batch size. A second fresh process over the caches the
+first filled times the first token warm, and one more, with empty caches
+and background compilation, max's first token while its graph compiles.
+The memory-bandwidth bound is what a decode step must read (the weights
+once, a tied embedding once, the KV cache up to the tokens attended) over
+the machine's measured read bandwidth (benchmarks.bandwidth).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -73,6 +78,8 @@ def _bytes_per_step(model: Any, batch: int, cache_tokens: float) -> float:
 
 
 def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Per batch size: the first decoded token, then decode speed (with
+    ``--first-only``, the first batch size's first token alone)."""
     import torch
     from transformers.generation.configuration_utils import CompileConfig
 
@@ -114,6 +121,8 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
             tokens = generate(2)  # the prefill's token, then one decode step
             first = time.perf_counter() - start
             stats = compile_stats()
+            if args.first_only:
+                return {"first_token_s": first, "graphs_built": stats.graphs_built}
             generate(2)  # warm
             prefill = seconds(1)
             both = seconds(1 + args.new_tokens)
@@ -131,19 +140,26 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
     return results
 
 
-def _spawn(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any]:
+def _spawn(
+    name: str,
+    backend: str,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    first_only: bool = False,
+) -> dict[str, Any]:
     argv = ["-m", "benchmarks.decode", "--child", f"{name}:{backend}"]
     argv += ["--batches", ",".join(map(str, args.batches))]
     argv += ["--prompt", str(args.prompt), "--new-tokens", str(args.new_tokens)]
-    argv += ["--runs", str(args.runs)]
+    argv += ["--runs", str(args.runs)] + (["--first-only"] if first_only else [])
     try:
-        return child_json(argv, timeout=args.timeout)
+        return child_json(argv, env=env, timeout=args.timeout)
     except ChildFailed as e:
         print(e.stderr[-3000:])
         return {"failed": e.stderr.strip().splitlines()[-1][:200]}
 
 
 def _rows(results: dict[str, Any], gbps: float) -> list[list[str]]:
+    """Decode speed per model and batch size: tokens/s, ratios, the bound."""
     rows = []
     for name, by_backend in results.items():
         eager = by_backend["eager"]
@@ -164,9 +180,6 @@ def _rows(results: dict[str, Any], gbps: float) -> list[list[str]]:
                 line.append("yes" if same else "NO")
             else:
                 line += ["-"] * 4
-            for backend in ("eager", "inductor", "max"):
-                figures = by_backend[backend].get(batch)
-                line.append(f"{figures['first_token_s']:.1f}" if figures else "-")
             rows.append(line)
     return rows
 
@@ -181,10 +194,30 @@ HEADERS = [
     "max/Inductor",
     "bound tok/s (max's share)",
     "same tokens",
-    "first token s: eager",
-    "Inductor",
-    "max",
 ]
+
+# (column, where its figure is): the first decoded token at the first batch size.
+FIRST_TOKEN = [
+    ("eager", "eager"),
+    ("Inductor, empty caches", "inductor"),
+    ("Inductor, warm", "inductor_warm"),
+    ("max, empty caches", "max"),
+    ("max, warm", "max_warm"),
+    ("max, empty caches, background compile", "max_background"),
+]
+
+
+def _first_token_rows(results: dict[str, Any], batch: str) -> list[list[str]]:
+    rows = []
+    for name, by_run in results.items():
+        line = [name]
+        for _, key in FIRST_TOKEN:
+            figures = by_run.get(key, {})
+            figures = figures.get(batch, figures)  # full runs: per batch size
+            seconds = figures.get("first_token_s")
+            line.append("-" if seconds is None else f"{seconds:.1f}")
+        rows.append(line)
+    return rows
 
 
 def _machine() -> str:
@@ -198,7 +231,10 @@ def _machine() -> str:
 
 
 def _markdown(
-    table: str, args: argparse.Namespace, read: dict[str, Any], minutes: float
+    tables: tuple[str, str],
+    args: argparse.Namespace,
+    read: dict[str, Any],
+    minutes: float,
 ) -> str:
     return "\n".join(
         [
@@ -212,13 +248,22 @@ def _markdown(
             "random weights; GPT-2 small (124M parameters, LM head tied to the "
             "embedding) and a llama-style model (8 layers, 512 wide, 8 query and 4 "
             "key/value heads, 32k vocabulary, 58M parameters). *tok/s* is decode "
-            "only (prefill left out); *first token* is a fresh process's first "
-            "generate() of two tokens, compiling included (the MAX cache as the "
-            "run found it). The bound is the memory read bandwidth over the bytes "
+            "only (prefill left out), the median of "
+            f"{args.runs} runs. The bound is the memory read bandwidth over the bytes "
             "a decode step must read: the weights once and the KV cache attended. "
             f"Read bandwidth here: {read['gbps']:.1f} GB/s ({read['how']}).",
             "",
-            table,
+            tables[0],
+            "",
+            f"Time to the first decoded token at batch {args.batches[0]}: a fresh "
+            "process's first generate() of two tokens (the prefill's and one "
+            "decode step's), compiling included; *empty caches*: every compile "
+            "cache empty; *warm*: a second fresh process over the caches the first "
+            "filled; *background compile*: `TORCH_MAX_BACKEND_BACKGROUND_COMPILE=1`"
+            ", the decode step running in PyTorch until its MAX graph is ready. "
+            "Seconds:",
+            "",
+            tables[1],
             "",
             DOCS_END,
         ]
@@ -236,6 +281,35 @@ def write_docs(section: str) -> None:
     page.write_text(text)
 
 
+def _cache_env(directory: str | None, **extra: str) -> dict[str, str]:
+    """A child's environment: its compile caches in ``directory`` (None: the user's)."""
+    env = dict(os.environ, **extra)
+    if directory is not None:
+        env["MODULAR_DERIVED_PATH"] = directory
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(directory, "inductor")
+    return env
+
+
+def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Every backend's full run over empty caches (or the user's), a warm
+    first-token run after each compiled one, and max with background compile."""
+    runs: dict[str, Any] = {}
+    for backend in BACKENDS:
+        with tempfile.TemporaryDirectory(prefix="decode-") as tmp:
+            env = _cache_env(tmp if args.caches == "cold" else None)
+            runs[backend] = _spawn(name, backend, args, env)
+            if backend != "eager":
+                runs[f"{backend}_warm"] = _spawn(name, backend, args, env, True)
+        print(f"{name} {backend}: {runs[backend].get('failed', 'done')}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="decode-") as tmp:
+        env = _cache_env(
+            tmp if args.caches == "cold" else None,
+            TORCH_MAX_BACKEND_BACKGROUND_COMPILE="1",
+        )
+        runs["max_background"] = _spawn(name, "max", args, env, True)
+    return {k: {} if "failed" in v else v for k, v in runs.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="gpt2,llama")
@@ -244,10 +318,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--caches",
+        choices=["cold", "user"],
+        default="cold",
+        help="cold: each backend's first process starts with empty compile caches",
+    )
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--docs", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         name, backend = args.child.split(":")
@@ -256,13 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     read = bandwidth.measure()
     print(f"memory read bandwidth: {read['gbps']:.1f} GB/s ({read['how']})")
-    results: dict[str, Any] = {}
-    for name in args.models.split(","):
-        results[name] = {}
-        for backend in BACKENDS:
-            figures = _spawn(name, backend, args)
-            results[name][backend] = {} if "failed" in figures else figures
-            print(f"{name} {backend}: {figures.get('failed', 'done')}", flush=True)
+    results = {name: _model_runs(name, args) for name in args.models.split(",")}
     # The VM's bandwidth drifts with its neighbours: the bound takes the better
     # of a reading before and one after, so that no share is overstated.
     after = bandwidth.measure()
@@ -272,11 +347,16 @@ def main(argv: list[str] | None = None) -> None:
     read["how"] += (
         f"; the better of two readings, before and after (other {after['gbps']:.1f})"
     )
-    table = tabulate(_rows(results, read["gbps"]), headers=HEADERS, tablefmt="github")
-    print(table)
+    speed = tabulate(_rows(results, read["gbps"]), headers=HEADERS, tablefmt="github")
+    first = tabulate(
+        _first_token_rows(results, str(args.batches[0])),
+        headers=["model", *(column for column, _ in FIRST_TOKEN)],
+        tablefmt="github",
+    )
+    print(speed, first, sep="\n\n")
     minutes = (time.perf_counter() - started) / 60
     if args.docs:
-        write_docs(_markdown(table, args, read, minutes))
+        write_docs(_markdown((speed, first), args, read, minutes))
 
 
 if __name__ == "__main__":

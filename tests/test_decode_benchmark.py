@@ -63,3 +63,18 @@ def test_docs_section_is_replaced(tmp_path, monkeypatch):
     decode.write_docs(f"{decode.DOCS_BEGIN}\nnew\n{decode.DOCS_END}")
     text = page.read_text()
     assert "new" in text and "old" not in text and text.endswith("## After\n")
+
+
+def test_first_token_table_reads_full_and_first_only_runs():
+    results = {
+        "llama": {
+            "eager": _figures(10.0, [[1]]),
+            "inductor": _figures(20.0, [[1]]),
+            "inductor_warm": {"first_token_s": 1.25},
+            "max": _figures(30.0, [[1]]),
+            "max_warm": {"first_token_s": 3.0},
+            "max_background": {},  # failed
+        }
+    }
+    (row,) = decode._first_token_rows(results, "1")
+    assert row == ["llama", "2.0", "2.0", "1.2", "2.0", "3.0", "-"]
