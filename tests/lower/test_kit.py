@@ -71,3 +71,16 @@ def test_all_of_passes_where_each_passes_and_joins_their_summaries():
     node = _node(lambda t: t * 2, torch.zeros(4), target=aten.mul.Tensor)
     assert check(node) == "symbolic"
     assert kit.all_of(first)(node) is None
+
+
+def test_same_sizes_compares_symbolic_sizes_by_expression_without_guards():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    s0 = env.create_unbacked_symint()  # no hint: comparing with == would raise
+    s1 = env.create_unbacked_symint()
+    assert kit.same_sizes([s0, 4], [s0, 4])
+    assert not kit.same_sizes([s0, 4], [s1, 4])
+    assert not kit.same_sizes([s0, 4], [4, 4])
+    assert not kit.same_sizes([2, 4], [2, 4, 1])
+    assert kit.same_sizes([], [])

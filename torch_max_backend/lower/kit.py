@@ -60,6 +60,21 @@ def is_static(sizes: Iterable[object]) -> bool:
     return all(isinstance(s, int) for s in sizes)
 
 
+def same_sizes(a: Iterable[object], b: Iterable[object]) -> bool:
+    """Whether two size lists are equal, symbolic sizes by their expressions
+    (comparing SymInts with ``==`` would add a guard at build time)."""
+    a, b = list(a), list(b)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, torch.SymInt) and isinstance(y, torch.SymInt):
+            if x.node.expr != y.node.expr:
+                return False
+        elif not (isinstance(x, int) and isinstance(y, int) and x == y):
+            return False
+    return True
+
+
 def has_no_elements(meta: torch.Tensor) -> bool:
     """Whether a fake tensor has a static size of 0."""
     return any(isinstance(s, int) and s == 0 for s in meta.shape)

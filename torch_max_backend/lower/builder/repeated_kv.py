@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from ..kit import same_sizes
+
 aten = torch.ops.aten
 
 # Attention forwards whose output does not depend on how K and V lay out
@@ -51,9 +53,9 @@ def unrepeated(node: object) -> torch.fx.Node | None:
     group = expanded[2]
     if not isinstance(heads, int) or not isinstance(group, int):
         return None
-    if expanded != [b, heads, group, length, width]:
+    if not same_sizes(expanded, [b, heads, group, length, width]):
         return None
-    if repeated != [b, heads * group, length, width]:
+    if not same_sizes(repeated, [b, heads * group, length, width]):
         return None
     return source  # type: ignore[return-value]
 

@@ -18,6 +18,7 @@ import torch
 from max.dtype import DType
 from max.graph import BufferValue, DeviceRef, TensorValue, ops
 
+from ..kit import same_sizes
 from .planning import writes_input
 
 aten = torch.ops.aten
@@ -93,7 +94,7 @@ def _slot_write(node: torch.fx.Node, mutated: set[torch.fx.Node]) -> SlotWrite |
     dim %= cache.dim()
     slot_shape = list(cache.shape)
     slot_shape[dim] = 1
-    if new.dtype != cache.dtype or list(new.shape) != slot_shape:
+    if new.dtype != cache.dtype or not same_sizes(new.shape, slot_shape):
         return None  # broadcasting or casting values: the functional path has it
     return SlotWrite(target, dim, position, source, write_back)
 

@@ -9,7 +9,7 @@ import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
-from ..kit import arg_tensor, node_arg
+from ..kit import arg_tensor, node_arg, same_sizes
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
 
@@ -30,7 +30,11 @@ def one_row_times_stored_rows(node: torch.fx.Node) -> str | None:
     # mm's operands are its first two arguments; addmm's follow the bias.
     offset = 1 if node.target is aten.addmm.default else 0
     row, weight = arg_tensor(node, offset), node_arg(node, offset + 1, "mat2", None)
-    if row.dtype != torch.float32 or list(row.shape[:1]) != [1]:
+    if (
+        row.dtype != torch.float32
+        or row.dim() != 2
+        or not same_sizes(row.shape[:1], [1])
+    ):
         return "not one float32 row"
     if not isinstance(weight, torch.fx.Node) or weight.target not in _TRANSPOSES:
         return "a weight not read transposed"
