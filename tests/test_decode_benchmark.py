@@ -38,21 +38,16 @@ def test_table_gives_ratios_bound_share_and_token_agreement():
         "gpt2": {
             "eager": _figures(10.0, [[1, 2]]),
             "inductor": _figures(20.0, [[1, 2]]),
-            "max": _figures(30.0, [[1, 3]]),
+            "max": _figures(30.0, [[1, 2]]),
+            "max_passive": _figures(40.0, [[1, 3]]),
         }
     }
-    (row,) = decode._rows(results, gbps=60.0)
-    assert row[:8] == [
-        "gpt2",
-        "1",
-        "10.0",
-        "20.0",
-        "30.0",
-        "3.00x",
-        "1.50x",
-        "60 (50%)",
-    ]
-    assert row[8] == "NO"  # max's tokens differ from eager's
+    (row,) = decode._rows(results, gbps=80.0)
+    assert row[:10] == [
+        "gpt2", "1", "10.0", "20.0", "30.0", "40.0", "3.00x", "1.50x", "4.00x", "2.00x"
+    ]  # fmt: skip
+    assert row[10] == "80 (50%)"  # the faster max run's share of the bound
+    assert row[11] == "NO"  # the passive run's tokens differ from eager's
 
 
 def test_docs_section_is_replaced(tmp_path, monkeypatch):
