@@ -9,6 +9,10 @@ generate the same tokens, that a second generate() compiles nothing, and
 prints the decode speed of both in tokens per second.
 
     python examples/generate.py [--model llama|gpt2] [--layers 2] [--new-tokens 16]
+
+On CPU, OMP_WAIT_POLICY=PASSIVE in the environment keeps PyTorch's OpenMP
+threads from spinning on the cores MAX's kernels need between decode steps
+(README, "Modes").
 """
 
 from __future__ import annotations
