@@ -8,10 +8,13 @@ backward and optimizer-step graphs must all have run on MAX at every step.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from torch_max_backend.fallback import FallbackWarning
 from torch_max_backend.runtime.compiled_graph import CompiledGraph
 
 from .helpers import assert_same_training, train_both
@@ -163,5 +166,36 @@ def test_gpt2_adamw(max_calls):
     # Embedding and layer norm gradients came out of the MAX backward graph.
     for name in ("transformer.wte.weight", "transformer.ln_f.weight"):
         assert names[name].grad is not None and names[name].grad.abs().sum() > 0
+    assert max_calls.of("forward") == STEPS
+    assert max_calls.of("backward") == STEPS
+
+
+def test_grouped_query_llama_trains_on_max_alone(max_calls):
+    # The configuration whose attention backward used to fail in MatmulOp:
+    # 4 query heads over 2 key/value heads, batch 2, 16 tokens.
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        max_position_embeddings=16,
+    )
+    model = transformers.LlamaForCausalLM(config).train()
+    g = torch.Generator().manual_seed(5)
+    batches = [torch.randint(0, 64, (2, 16), generator=g) for _ in range(STEPS)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)  # nothing ran in PyTorch
+        got, eager = train_both(
+            model,
+            lambda params: torch.optim.SGD(params, lr=0.05),
+            _next_token_loss,
+            batches,
+        )
+    assert_same_training(got, eager)
+    # One forward and one backward graph a step: attention is not split out.
     assert max_calls.of("forward") == STEPS
     assert max_calls.of("backward") == STEPS
