@@ -139,6 +139,15 @@ def _next_token_loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
 
 
+def _train_next_token(
+    model: torch.nn.Module, make_optimizer, seed: int
+) -> tuple[object, object]:
+    """Eager and compiled runs of STEPS next-token steps on random batches."""
+    g = torch.Generator().manual_seed(seed)
+    batches = [torch.randint(0, 64, (2, 16), generator=g) for _ in range(STEPS)]
+    return train_both(model.train(), make_optimizer, _next_token_loss, batches)
+
+
 def test_gpt2_adamw(max_calls):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -152,14 +161,10 @@ def test_gpt2_adamw(max_calls):
         embd_pdrop=0.0,
         attn_pdrop=0.0,
     )
-    model = transformers.GPT2LMHeadModel(config).train()
-    g = torch.Generator().manual_seed(3)
-    batches = [torch.randint(0, 64, (2, 16), generator=g) for _ in range(STEPS)]
-    got, eager = train_both(
-        model,
+    got, eager = _train_next_token(
+        transformers.GPT2LMHeadModel(config),
         lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01),
-        _next_token_loss,
-        batches,
+        seed=3,
     )
     assert_same_training(got, eager)
     names = dict(got.model.named_parameters())
@@ -170,30 +175,27 @@ def test_gpt2_adamw(max_calls):
     assert max_calls.of("backward") == STEPS
 
 
+# The configuration whose attention backward used to fail in MatmulOp: 4
+# query heads over 2 key/value heads (trained on batch 2, 16 tokens).
+GROUPED_LLAMA = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 64,
+    "max_position_embeddings": 16,
+}
+
+
 def test_grouped_query_llama_trains_on_max_alone(max_calls):
-    # The configuration whose attention backward used to fail in MatmulOp:
-    # 4 query heads over 2 key/value heads, batch 2, 16 tokens.
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=64,
-        max_position_embeddings=16,
-    )
-    model = transformers.LlamaForCausalLM(config).train()
-    g = torch.Generator().manual_seed(5)
-    batches = [torch.randint(0, 64, (2, 16), generator=g) for _ in range(STEPS)]
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**GROUPED_LLAMA))
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)  # nothing ran in PyTorch
-        got, eager = train_both(
-            model,
-            lambda params: torch.optim.SGD(params, lr=0.05),
-            _next_token_loss,
-            batches,
+        got, eager = _train_next_token(
+            model, lambda params: torch.optim.SGD(params, lr=0.05), seed=5
         )
     assert_same_training(got, eager)
     # One forward and one backward graph a step: attention is not split out.
