@@ -84,7 +84,7 @@ def test_only_one_position_writes_of_an_otherwise_unread_cache_go_in_place(
     read_old, tokens, found
 ):
     gm = _aten_graph(StaticCache(read_old), tokens)
-    writes = find_slot_writes(gm, InputPlan(gm).mutated)
+    writes = find_slot_writes(gm, InputPlan(gm))
     # Reading the old keys keeps their update functional; the values' still
     # goes in place. Three positions at once stay functional.
     assert len(writes) == found

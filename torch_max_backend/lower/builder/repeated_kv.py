@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kit import same_sizes
+from ..kit import same_sizes, tensor_meta
 
 aten = torch.ops.aten
 
@@ -24,8 +24,8 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
 
 
 def _shape(node: object) -> list[object] | None:
-    meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return list(meta.shape) if isinstance(meta, torch.Tensor) else None
+    meta = tensor_meta(node)
+    return None if meta is None else list(meta.shape)
 
 
 def unrepeated(node: object) -> torch.fx.Node | None:

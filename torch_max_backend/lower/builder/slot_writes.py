@@ -18,8 +18,8 @@ import torch
 from max.dtype import DType
 from max.graph import BufferValue, DeviceRef, TensorValue, ops
 
-from ..kit import same_sizes
-from .planning import writes_input
+from ..kit import is_static, same_sizes, tensor_meta
+from .planning import InputPlan, writes_input
 
 aten = torch.ops.aten
 
@@ -36,15 +36,13 @@ class SlotWrite:
 
 
 def _one_position(node: object) -> bool:
-    if not isinstance(node, torch.fx.Node):
-        return False
-    meta = node.meta.get("val")
+    meta = tensor_meta(node)
     return (
-        isinstance(meta, torch.Tensor)
+        meta is not None
         and meta.dim() <= 1
         and not meta.dtype.is_floating_point
         and meta.dtype != torch.bool
-        and all(isinstance(s, int) for s in meta.shape)
+        and is_static(meta.shape)
         and meta.numel() == 1
     )
 
@@ -86,8 +84,8 @@ def _slot_write(node: torch.fx.Node, mutated: set[torch.fx.Node]) -> SlotWrite |
     write_back = write_backs[0]
     if write_back.args[1] is not node:
         return None
-    cache, new = target.meta.get("val"), getattr(source, "meta", {}).get("val")
-    if not isinstance(cache, torch.Tensor) or not isinstance(new, torch.Tensor):
+    cache, new = tensor_meta(target), tensor_meta(source)
+    if cache is None or new is None:
         return None
     if not -cache.dim() <= dim < cache.dim() or not isinstance(cache.shape[dim], int):
         return None  # a slot in a dynamic dim could not be kept in bounds
@@ -100,28 +98,20 @@ def _slot_write(node: torch.fx.Node, mutated: set[torch.fx.Node]) -> SlotWrite |
 
 
 def find_slot_writes(
-    gm: torch.fx.GraphModule, mutated: list[torch.fx.Node]
+    gm: torch.fx.GraphModule, inputs: InputPlan
 ) -> dict[torch.fx.Node, SlotWrite]:
     """The one-position writes of ``gm`` that can update a buffer in place,
     keyed by the index_put (or index_copy) node."""
-    if str(_device_of(mutated)) != "cpu":
+    if inputs.device.type != "cpu":
         # The slot's start is read on the host; only CPU graphs are checked.
         return {}
-    targets = set(mutated)
+    targets = set(inputs.mutated)
     found = {}
     for node in gm.graph.nodes:
         write = _slot_write(node, targets)
         if write is not None:
             found[node] = write
     return found
-
-
-def _device_of(nodes: list[torch.fx.Node]) -> torch.device | None:
-    for node in nodes:
-        meta = node.meta.get("val")
-        if isinstance(meta, torch.Tensor):
-            return meta.device
-    return None
 
 
 def store_slot(

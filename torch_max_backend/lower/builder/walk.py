@@ -83,7 +83,7 @@ class NodeWalk:
         self.values: dict[torch.fx.Node, Any] = {}
         self.twins = ChannelsLastTwins()
         self.graph = Graph(GRAPH_NAME, input_types=inputs.types)
-        self.slot_writes = find_slot_writes(gm, inputs.mutated)
+        self.slot_writes = find_slot_writes(gm, inputs)
         # The cache inputs they update in place, and the copy_ nodes they replace.
         self.written_in_place = {w.target for w in self.slot_writes.values()}
         self.done_write_backs = {w.write_back: n for n, w in self.slot_writes.items()}

@@ -22,6 +22,14 @@ def _times(x: TensorValue, factor: Operand) -> TensorValue:
     return ops.mul(x, as_tensor(factor, x.dtype))
 
 
+def _scaled_sum(
+    self: TensorValue, product: TensorValue, beta: Operand, alpha: Operand
+) -> TensorValue:
+    """addmm's ``beta * self + alpha * product``, however the product was built."""
+    scaled = _times(product, alpha)  # built first: the graph text stays as it was
+    return ops.add(_times(self, beta), scaled)
+
+
 _TRANSPOSES = {aten.t.default, aten.transpose.int, aten.permute.default}
 
 
@@ -90,8 +98,7 @@ def _addmm(
     alpha: Operand = 1,
 ) -> TensorValue:
     """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
-    product = _times(ops.matmul(mat1, mat2), alpha)
-    return ops.add(_times(self, beta), product)
+    return _scaled_sum(self, ops.matmul(mat1, mat2), beta, alpha)
 
 
 def _addmm_by_row_sums(
@@ -103,8 +110,7 @@ def _addmm_by_row_sums(
     alpha: Operand = 1,
 ) -> TensorValue:
     """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
-    product = _times(_row_times_stored_rows(mat1, mat2), alpha)
-    return ops.add(_times(self, beta), product)
+    return _scaled_sum(self, _row_times_stored_rows(mat1, mat2), beta, alpha)
 
 
 addmm = lowering_strategies(
