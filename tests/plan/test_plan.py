@@ -74,7 +74,8 @@ def _every_kind_of_plan() -> GraphPlan:
             OutputSlot(OutputKind.EXPR, expr=("mul", ("size", 0, 1), ("int", 3))),
         ),
         mutated=(1,),
-        num_graph_outputs=1,
+        num_graph_outputs=2,
+        written_back=((0, 1),),
     )
 
 
@@ -93,6 +94,7 @@ def test_a_plan_survives_json_and_comes_back_equal():
         (lambda d: d["outputs"][4].update(expr=["exec", 1]), "unknown size operator"),
         (lambda d: d["outputs"][3].update(value="os.system"), "must be a number"),
         (lambda d: d.update(mutated=["1"]), "must be an int"),
+        (lambda d: d.update(written_back=[[0, None]]), "written-back output"),
     ],
 )
 def test_a_damaged_plan_is_refused_with_the_reason(damage, message):

@@ -48,6 +48,9 @@ class GraphPlan:
     ``device`` is torch's device string ("cpu", "cuda:0"); ``mutated`` lists
     the FX inputs the graph writes in place (MAX buffers): AOTAutograd's input
     mutations, such as an optimizer's parameter and momentum updates.
+    ``written_back`` pairs an FX input with the MAX output holding its new
+    value, copied into it after the call (mutated inputs past the graph's
+    buffer budget).
     """
 
     device: str
@@ -55,12 +58,14 @@ class GraphPlan:
     outputs: tuple[OutputSlot, ...]
     mutated: tuple[int, ...] = field(default=())
     num_graph_outputs: int = 0
+    written_back: tuple[tuple[int, int], ...] = field(default=())
 
     @property
     def results_only(self) -> bool:
         """Whether the FX graph returns MAX's outputs as they are, in order."""
         return (
             not self.mutated
+            and not self.written_back
             and len(self.outputs) == self.num_graph_outputs
             and all(
                 slot.kind is OutputKind.GRAPH and slot.index == i

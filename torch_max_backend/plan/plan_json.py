@@ -41,6 +41,7 @@ def plan_to_data(plan: GraphPlan) -> dict[str, Any]:
         ],
         "mutated": list(plan.mutated),
         "num_graph_outputs": plan.num_graph_outputs,
+        "written_back": [list(pair) for pair in plan.written_back],
     }
 
 
@@ -84,6 +85,10 @@ def plan_from_data(data: Any) -> GraphPlan:
         outputs = tuple(_slot(slot) for slot in data["outputs"])
         mutated = tuple(_int(i, "a mutated input") for i in data["mutated"])
         count = _int(data["num_graph_outputs"], "the number of graph outputs")
+        written_back = tuple(
+            (_int(i, "a written-back input"), _int(o, "a written-back output"))
+            for i, o in data.get("written_back", [])
+        )
     except (KeyError, TypeError) as e:
         raise ValueError(f"malformed plan: {type(e).__name__}: {e}") from None
-    return GraphPlan(device, inputs, outputs, mutated, count)
+    return GraphPlan(device, inputs, outputs, mutated, count, written_back)

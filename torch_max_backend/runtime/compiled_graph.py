@@ -89,6 +89,8 @@ class CompiledGraph:
         ]
         # Inputs MAX writes in place; torch's version counters must see it.
         self._mutated = list(plan.mutated)
+        # (input, output) pairs: inputs whose new value MAX returns instead.
+        self._written_back = list(plan.written_back)
         self._on_cpu = self._device.type == "cpu"
         # The common case, MAX's results returned as they are, skips the
         # output assembly loop (~2 us a call).
@@ -157,6 +159,8 @@ class CompiledGraph:
             return results
         staged = self._stage_mutated(args) if self._mutated else None
         results = self._results(args)
+        for index, output in self._written_back:
+            args[index].copy_(results[output])
         if self._mutated:
             if staged:
                 for index, original in staged:

@@ -85,6 +85,14 @@ class OutputPlan:
         self.slots: list[OutputSlot] = []
         self.graph_outputs: list[TensorValue] = []
         self._seen: dict[int, int] = {}
+        # (FX input index, graph output index): mutated inputs that are not
+        # MAX buffers; the runtime copies the output into the input.
+        self.written_back: list[tuple[int, int]] = []
+
+    def write_back(self, node: torch.fx.Node, value: TensorValue) -> None:
+        """The FX input ``node`` holds ``value`` after the call."""
+        index = self.placeholders.index(node)
+        self.written_back.append((index, self._output_index(value)))
 
     def add_input(self, node: torch.fx.Node) -> None:
         """The FX graph returns its input ``node`` (written in place, or as it is)."""
@@ -116,8 +124,12 @@ class OutputPlan:
             raise MaxCompilerError(
                 f"graph output {item.name} is a {type(value).__name__}, not a tensor"
             )
+        return OutputSlot(OutputKind.GRAPH, self._output_index(value))
+
+    def _output_index(self, value: TensorValue) -> int:
+        """The MAX output returning ``value``, added the first time it is asked."""
         key = id(value)
         if key not in self._seen:
             self._seen[key] = len(self.graph_outputs)
             self.graph_outputs.append(value)
-        return OutputSlot(OutputKind.GRAPH, self._seen[key])
+        return self._seen[key]

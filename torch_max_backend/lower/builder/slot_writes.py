@@ -105,7 +105,7 @@ def find_slot_writes(
     if inputs.device.type != "cpu":
         # The slot's start is read on the host; only CPU graphs are checked.
         return {}
-    targets = set(inputs.mutated)
+    targets = set(inputs.buffered)
     found = {}
     for node in gm.graph.nodes:
         write = _slot_write(node, targets)

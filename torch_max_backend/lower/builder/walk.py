@@ -3,7 +3,8 @@
 Placeholders read their planned MAX inputs, lifted scalars reach lowerings as
 ``ScalarArg`` inputs, every lowering's result is checked against torch's fake
 tensor, and AOTAutograd's copies into mutated inputs become MAX buffer stores
-(of one slot only where a KV cache gets one new position: slot_writes);
+(of one slot only where a KV cache gets one new position: slot_writes), or,
+past MAX_BUFFERS mutated inputs, outputs the runtime copies back (planning);
 attention reads K and V before transformers' repeat_kv copies them (repeated_kv).
 """
 
@@ -159,7 +160,7 @@ class NodeWalk:
             value = self._input(plan.input_of[node])
             if node in self.written_in_place:
                 return None  # read only through its slot write (slot_writes)
-            if node in plan.mutated:
+            if node in plan.buffered:
                 # Read before any store: MAX orders buffer ops in graph order.
                 return ops.buffer_load(value.buffer)
             return value.tensor
@@ -220,11 +221,13 @@ class NodeWalk:
                 elif node.op == "call_function":
                     writes = writes_input(node, node.args[0] if node.args else None)
                     result = self._call(node)
-                    if writes:
+                    if writes and node.args[0] in plan.buffered:
                         # AOTAutograd's epilogue for a mutated input: MAX stores
                         # the new value into the user's tensor itself.
                         buffer = self._input(plan.input_of[node.args[0]])
                         ops.buffer_store(buffer.buffer, result)
+                    elif writes:
+                        outputs.write_back(node.args[0], result)
                     self.values[node] = result
                 elif node.op == "output":
                     self._outputs(node, outputs)
@@ -237,8 +240,9 @@ class NodeWalk:
                 device=str(plan.device),
                 inputs=tuple(plan.sources),
                 outputs=tuple(outputs.slots),
-                mutated=tuple(plan.placeholders.index(n) for n in plan.mutated),
+                mutated=tuple(plan.placeholders.index(n) for n in plan.buffered),
                 num_graph_outputs=len(outputs.graph_outputs),
+                written_back=tuple(outputs.written_back),
             ),
             constants=plan.constants,
         )
