@@ -1,0 +1,181 @@
+"""The model check: Hugging Face architectures, inference and training, MAX against eager.
+
+    python -m benchmarks.hf_models [--models gpt2,bert] [--jobs 2] [--docs]
+
+Each architecture of benchmarks/hf_architectures.py (and the mixed-precision
+rows of ``MIXED_PRECISION``) runs in a process of its own
+(benchmarks/hf_check.py), ``--jobs`` at a time, all over one compile cache that
+starts empty (``--caches user`` uses the user's). It prints a table per model:
+status, largest difference, MAX graphs, ops left to PyTorch and first-call
+seconds of inference and of the training step; ``--docs`` writes it to
+docs/models.md. It exits non-zero when any model fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tabulate import tabulate
+
+from benchmarks.child import ROOT, ChildFailed, child_json
+from benchmarks.hf_architectures import ARCHITECTURES, by_name
+from benchmarks.hf_check import TOLERANCE
+from benchmarks.run import machine
+
+# Two architectures also checked in bfloat16 weights and under CPU autocast.
+MIXED_PRECISION = ("llama", "bert")
+HEADERS = [
+    "model",
+    "kind",
+    "precision",
+    "inference",
+    "training step",
+    "MAX graphs",
+    "ops left to PyTorch",
+    "first call (s)",
+]
+
+
+def _run_one(job: tuple[str, str], env: dict[str, str], timeout: float) -> dict:
+    name, precision = job
+    args = ["-m", "benchmarks.hf_check", name, "--precision", precision]
+    started = time.perf_counter()
+    try:
+        result = child_json(args, env=env, timeout=timeout)
+    except ChildFailed as e:
+        last = (e.stderr.strip().splitlines() or [""])[-1]
+        result = _crashed(name, precision, f"process exited {e.returncode}: {last}")
+    except subprocess.TimeoutExpired:
+        result = _crashed(name, precision, f"over the {timeout:.0f} s limit")
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    print(f"{name} {precision}: {_verdict(result)} ({result['wall_s']} s)", flush=True)
+    return result
+
+
+def _crashed(name: str, precision: str, why: str) -> dict[str, Any]:
+    phase = {"status": "error", "detail": why, "graphs": 0, "fallback_ops": {}}
+    kind = by_name(name).kind
+    return {
+        "name": by_name(name).name,
+        "kind": kind,
+        "precision": precision,
+        "inference": phase,
+        "training": phase,
+    }
+
+
+def _passed(phase: dict[str, Any]) -> bool:
+    return phase["status"] == "pass" and not phase["fallback_ops"]
+
+
+def _verdict(result: dict[str, Any]) -> str:
+    phases = (result["inference"], result["training"])
+    if all(_passed(p) for p in phases):
+        return "pass"
+    return "; ".join(
+        f"{p.get('phase', name)}: {p['status']} {p['detail']}".strip()
+        for name, p in zip(("inference", "training"), phases, strict=True)
+        if not _passed(p)
+    )
+
+
+def _cell(phase: dict[str, Any]) -> str:
+    if phase["status"] != "pass":
+        return f"{phase['status']}: {phase['detail']}"
+    return f"pass ({phase['max_diff']:.1e})"
+
+
+def rows(results: list[dict[str, Any]]) -> list[list[str]]:
+    table = []
+    for r in results:
+        inference, training = r["inference"], r["training"]
+        fallback = {**inference["fallback_ops"], **training["fallback_ops"]}
+        table.append(
+            [
+                r["name"],
+                r["kind"],
+                r["precision"],
+                _cell(inference),
+                _cell(training),
+                f"{inference['graphs']} + {training['graphs']}",
+                ", ".join(f"{op} ({why})" for op, why in sorted(fallback.items()))
+                or "none",
+                f"{inference.get('first_call_s', '-')} / "
+                f"{training.get('first_call_s', '-')}",
+            ]
+        )
+    return table
+
+
+def _markdown(table: str, args: argparse.Namespace, minutes: float) -> str:
+    import transformers
+
+    m = machine()
+    tolerances = ", ".join(f"{p} {r:g}/{a:g}" for p, (r, a) in TOLERANCE.items())
+    return f"""# The model check
+
+`python -m benchmarks.hf_models --docs` builds each architecture below from a small
+config (2 layers, 64 wide or the like; random weights, every dropout off), runs it
+in eval mode without gradients and then one full training step (zero_grad, forward,
+backward, AdamW step; the whole step compiled) with `torch.compile(backend="max")`,
+and compares with the same model run eagerly: outputs, the first backward's
+gradients, then parameters and buffers after the step (rtol/atol: {tolerances}).
+A row passes when everything holds and no op was left to PyTorch.
+
+Machine: {m["cpu"]}, {m["cores"]} cores, {m["memory_gib"]} GiB. torch {m["torch"]},
+max {m["max"]}, transformers {transformers.__version__}. {args.jobs} models at a
+time over {"an empty compile cache" if args.caches == "cold" else "the user's caches"};
+the whole run took {minutes:.1f} minutes.
+
+MAX graphs: inference + training step (forward, backward, optimizer). First call:
+seconds of the first compiled inference call / training step, compiles included.
+
+{table}
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", help="comma-separated names (default: all)")
+    parser.add_argument("--precisions", default="fp32,bf16,autocast")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--caches", choices=["cold", "user"], default="cold")
+    parser.add_argument("--timeout", type=float, default=1800, help="per model, s")
+    parser.add_argument("--docs", action="store_true")
+    args = parser.parse_args(argv)
+    names = args.models.split(",") if args.models else [a.name for a in ARCHITECTURES]
+    precisions = args.precisions.split(",")
+    jobs = [(by_name(n).name, "fp32") for n in names] if "fp32" in precisions else []
+    jobs += [
+        (by_name(n).name, p)
+        for n in MIXED_PRECISION
+        for p in precisions
+        if p != "fp32" and (not args.models or n in names)
+    ]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="hf-models-") as tmp:
+        env = dict(os.environ)
+        if args.caches == "cold":
+            env["MODULAR_DERIVED_PATH"] = tmp
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(lambda j: _run_one(j, env, args.timeout), jobs))
+    minutes = (time.perf_counter() - started) / 60
+    table = tabulate(rows(results), headers=HEADERS, tablefmt="github")
+    print(table)
+    print(f"{len(results)} checks in {minutes:.1f} minutes")
+    if args.docs:
+        (ROOT / "docs" / "models.md").write_text(_markdown(table, args, minutes))
+    failed = [r["name"] for r in results if _verdict(r) != "pass"]
+    if failed:
+        sys.exit(f"{len(failed)} check(s) failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

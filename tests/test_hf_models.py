@@ -1,0 +1,74 @@
+"""The model check (benchmarks.hf_models): a few architectures run here, in full."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from benchmarks import hf_models
+from benchmarks.hf_architectures import ARCHITECTURES, build, by_name
+from benchmarks.hf_check import Comparison, check
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_architecture_passes_inference_and_a_training_step_on_max(name, max_calls):
+    result = check(by_name(name))
+    for phase in ("inference", "training"):
+        outcome = result[phase]
+        assert outcome["status"] == "pass", outcome
+        assert outcome["fallback_ops"] == {}
+        assert outcome["max_diff"] < 1e-3
+    # One inference graph; forward, backward and the AdamW step.
+    assert max_calls.of("inference") >= 2 and max_calls.of("backward") == 1
+    assert hf_models._verdict(result) == "pass"
+
+
+def test_the_list_covers_the_kinds_the_check_promises():
+    kinds = {a.kind for a in ARCHITECTURES}
+    assert {"decoder LM", "encoder", "encoder-decoder", "vision", "speech"} <= kinds
+    assert {"segmentation"} <= kinds
+    names = " ".join(a.name for a in ARCHITECTURES)
+    assert "GQA" in names and "state space" in names and "windowed" in names
+    assert len(ARCHITECTURES) >= 15
+
+
+def test_every_dropout_is_off_so_training_steps_are_deterministic():
+    model, inputs = build(by_name("bert"))
+    first, second = model(**inputs).logits, model(**inputs).logits
+    assert model.training
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+
+def test_a_difference_beyond_tolerance_is_reported_with_its_name():
+    comparison = Comparison(1e-3, 1e-3)
+    comparison.add("output logits", torch.ones(3), torch.ones(3))
+    comparison.add("gradient w", torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]))
+    result = comparison.result()
+    assert result["status"] == "mismatch"
+    assert result["max_diff"] == pytest.approx(0.5)
+    assert result["detail"].startswith("gradient w")
+
+
+def test_an_unknown_name_lists_the_known_ones():
+    with pytest.raises(SystemExit, match=r"unknown architecture 'nope'.*llama"):
+        by_name("nope")
+
+
+def test_the_report_names_ops_left_to_pytorch():
+    phase = {"status": "pass", "max_diff": 0.0, "detail": "", "graphs": 2}
+    result = {
+        "name": "x",
+        "kind": "encoder",
+        "precision": "fp32",
+        "inference": {**phase, "fallback_ops": {}, "first_call_s": 1.0},
+        "training": {
+            **phase,
+            "fallback_ops": {"aten.foo.default": "no MAX lowering"},
+            "first_call_s": 2.0,
+        },
+    }
+    (row,) = hf_models.rows([result])
+    assert "aten.foo.default (no MAX lowering)" in row
+    assert hf_models._verdict(result) != "pass"
