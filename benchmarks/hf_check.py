@@ -117,7 +117,7 @@ def _step(
     return out
 
 
-def _run_phase(phase: str, run: Any, comparison: Comparison) -> dict[str, Any]:
+def _run_phase(run: Any, comparison: Comparison) -> dict[str, Any]:
     from torch_max_backend import reset_compile_stats
 
     reset_compile_stats()
@@ -143,7 +143,6 @@ def _run_phase(phase: str, run: Any, comparison: Comparison) -> dict[str, Any]:
         "graphs": _graphs(),
         "fallback_ops": _fallback_ops(caught),
         "first_call_s": round(seconds, 1),
-        "phase": phase,
     }
 
 
@@ -196,8 +195,8 @@ def check(arch: Architecture, precision: str = "fp32") -> dict[str, Any]:
         "name": arch.name,
         "kind": arch.kind,
         "precision": precision,
-        "inference": _run_phase("inference", inference, Comparison(rtol, atol)),
-        "training": _run_phase("training", training, Comparison(rtol, atol)),
+        "inference": _run_phase(inference, Comparison(rtol, atol)),
+        "training": _run_phase(training, Comparison(rtol, atol)),
     }
 
 

@@ -61,10 +61,10 @@ def _run_one(job: tuple[str, str], env: dict[str, str], timeout: float) -> dict:
 
 def _crashed(name: str, precision: str, why: str) -> dict[str, Any]:
     phase = {"status": "error", "detail": why, "graphs": 0, "fallback_ops": {}}
-    kind = by_name(name).kind
+    arch = by_name(name)
     return {
-        "name": by_name(name).name,
-        "kind": kind,
+        "name": arch.name,
+        "kind": arch.kind,
         "precision": precision,
         "inference": phase,
         "training": phase,
@@ -80,7 +80,7 @@ def _verdict(result: dict[str, Any]) -> str:
     if all(_passed(p) for p in phases):
         return "pass"
     return "; ".join(
-        f"{p.get('phase', name)}: {p['status']} {p['detail']}".strip()
+        f"{name}: {p['status']} {p['detail']}".strip()
         for name, p in zip(("inference", "training"), phases, strict=True)
         if not _passed(p)
     )
