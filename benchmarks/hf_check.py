@@ -30,6 +30,8 @@ from benchmarks.hf_architectures import Architecture, build, by_name
 # 8 bits of mantissa, and autocast runs the matmuls in it.
 TOLERANCE = {"fp32": (1e-3, 1e-3), "bf16": (5e-2, 5e-2), "autocast": (3e-2, 3e-2)}
 _FALLBACK_OP = re.compile(r"(aten\.[\w.]+|[\w.]+\.default) x(\d+) \(([^)]*)\)")
+# A whole graph MAX could not take (backend.py's message): no op is named.
+_FALLBACK_GRAPH = re.compile(r"graph (\S+) runs in PyTorch: (.*?)(?: Pass options=|$)")
 
 
 def tensors(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
@@ -95,8 +97,15 @@ def _fallback_ops(caught: list[warnings.WarningMessage]) -> dict[str, str]:
     ops: dict[str, str] = {}
     for w in caught:
         if issubclass(w.category, FallbackWarning):
-            for op, _count, reason in _FALLBACK_OP.findall(str(w.message)):
+            text = str(w.message)
+            for op, _count, reason in _FALLBACK_OP.findall(text):
                 ops[op] = reason
+            # Any other fallback still fails the row: it is named by its graph.
+            whole = _FALLBACK_GRAPH.search(text)
+            if whole:
+                ops[f"graph {whole[1]}"] = whole[2][:200]
+            elif not _FALLBACK_OP.search(text):
+                ops["unrecognised fallback"] = text[:200]
     return ops
 
 

@@ -72,3 +72,20 @@ def test_the_report_names_ops_left_to_pytorch():
     (row,) = hf_models.rows([result])
     assert "aten.foo.default (no MAX lowering)" in row
     assert hf_models._verdict(result) != "pass"
+
+
+def test_a_whole_graph_left_to_pytorch_fails_the_row():
+    import warnings
+
+    from benchmarks.hf_check import _fallback_ops
+    from torch_max_backend import FallbackWarning
+
+    message = (
+        "torch-max-backend: graph inference_0 runs in PyTorch: MAX failed to "
+        "compile graph inference_0 (171 FX nodes) for cpu: RemoteCompileError: "
+        "failed. Pass options={'strict': True} to raise instead."
+    )
+    caught = [warnings.WarningMessage(message, FallbackWarning, "x.py", 1)]
+    ops = _fallback_ops(caught)
+    assert list(ops) == ["graph inference_0"]
+    assert "MAX failed to compile" in ops["graph inference_0"]

@@ -48,15 +48,30 @@ def native_layer_norm(
     """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)"""
     k = len(normalized_shape)
     lead = list(input.shape)[: input.rank - k]
+    # Statistics in float32 for half precision, as torch's kernels; MAX also
+    # fuses this pattern into a LayerNorm kernel that takes a float32 epsilon
+    # only, so a bfloat16 one fails the whole graph's compile.
+    x = ops.cast(ops.reshape(input, [*lead, -1]), accumulation_dtype(input.dtype))
     # Normalize over the last k dims as one flattened dim.
-    normalized, mean, rstd = _normalize_last(ops.reshape(input, [*lead, -1]), eps)
+    normalized, mean, rstd = _normalize_last(x, eps)
     out = ops.reshape(normalized, list(input.shape))
     if weight is not None:
-        out = ops.mul(out, weight)
+        out = ops.mul(out, ops.cast(weight, x.dtype))
     if bias is not None:
-        out = ops.add(out, bias)
+        out = ops.add(out, ops.cast(bias, x.dtype))
     stat_shape = [*lead] + [1] * k
-    return out, ops.reshape(mean, stat_shape), ops.reshape(rstd, stat_shape)
+    return _in_output_dtypes(
+        out, ops.reshape(mean, stat_shape), ops.reshape(rstd, stat_shape)
+    )
+
+
+def _in_output_dtypes(*values: TensorValue) -> tuple[TensorValue, ...]:
+    """Each value cast to the dtype torch gives the node's output at its position."""
+    meta = current().out_meta
+    assert isinstance(meta, (list, tuple))
+    return tuple(
+        ops.cast(v, to_max_dtype(m.dtype)) for v, m in zip(values, meta, strict=True)
+    )
 
 
 def _channel_view(x: TensorValue, rank: int) -> TensorValue:
@@ -108,13 +123,18 @@ def native_group_norm(
     eps: float,
 ) -> tuple[TensorValue, TensorValue, TensorValue]:
     """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)"""
-    normalized, mean, rstd = _normalize_last(ops.reshape(input, [N, group, -1]), eps)
+    # Statistics in float32 for half precision, as torch's kernels.
+    dtype = accumulation_dtype(input.dtype)
+    x = ops.cast(ops.reshape(input, [N, group, -1]), dtype)
+    normalized, mean, rstd = _normalize_last(x, eps)
     out = ops.reshape(normalized, list(input.shape))
     if weight is not None:
-        out = ops.mul(out, _channel_view(weight, input.rank))
+        out = ops.mul(out, _channel_view(ops.cast(weight, dtype), input.rank))
     if bias is not None:
-        out = ops.add(out, _channel_view(bias, input.rank))
-    return out, ops.reshape(mean, [N, group]), ops.reshape(rstd, [N, group])
+        out = ops.add(out, _channel_view(ops.cast(bias, dtype), input.rank))
+    return _in_output_dtypes(
+        out, ops.reshape(mean, [N, group]), ops.reshape(rstd, [N, group])
+    )
 
 
 def _training(node: torch.fx.Node) -> bool:
@@ -153,14 +173,7 @@ def batch_norm_no_stats(
         out = ops.mul(out, _channel_view(ops.cast(weight, dtype), rank))
     if bias is not None:
         out = ops.add(out, _channel_view(ops.cast(bias, dtype), rank))
-    meta = current().out_meta
-    assert isinstance(meta, (list, tuple))
-    save_dtype = to_max_dtype(meta[1].dtype)
-    return (
-        ops.cast(out, input.dtype),
-        ops.cast(ops.reshape(mean, [-1]), save_dtype),
-        ops.cast(ops.reshape(rstd, [-1]), save_dtype),
-    )
+    return _in_output_dtypes(out, ops.reshape(mean, [-1]), ops.reshape(rstd, [-1]))
 
 
 def _evaluation_only(node: torch.fx.Node) -> str | None:
