@@ -127,7 +127,13 @@ in eval mode without gradients and then one full training step (zero_grad, forwa
 backward, AdamW step; the whole step compiled) with `torch.compile(backend="max")`,
 and compares with the same model run eagerly: outputs, the first backward's
 gradients, then parameters and buffers after the step (rtol/atol: {tolerances}).
-A row passes when everything holds and no op was left to PyTorch.
+A row passes when everything holds and no op, nor any whole graph, was left to
+PyTorch (every FallbackWarning counts).
+
+Mixed precision: {", ".join(MIXED_PRECISION)} also run with bfloat16 weights
+(`model.to(torch.bfloat16)`, rows "bf16") and with float32 weights under
+`torch.autocast("cpu", dtype=torch.bfloat16)` (rows "autocast"), each against the
+same eager run at the bfloat16 tolerances above; their rows say what holds.
 
 Machine: {m["cpu"]}, {m["cores"]} cores, {m["memory_gib"]} GiB. torch {m["torch"]},
 max {m["max"]}, transformers {transformers.__version__}. {args.jobs} models at a
