@@ -22,20 +22,23 @@ def test_normalization_lowerings_build_for_every_opinfo_case():
     check_family("normalization", OUTSIDE_OPINFO)
 
 
-def test_half_precision_layer_and_group_norm_compile_and_match_eager():
+def test_half_precision_layer_group_and_batch_norm_compile_and_match_eager():
     # MAX fuses a composed layer norm into its LayerNorm kernel, whose epsilon
     # must be float32: statistics in bfloat16 made that graph fail to compile
-    # (a BERT in bfloat16 ran in PyTorch). Torch computes them in float32 too.
+    # (a BERT in bfloat16 ran in PyTorch), and a bfloat16 batch norm in
+    # evaluation mode did not lower. Torch computes them in float32 too.
     import torch
     import torch.nn.functional as F
 
     from .helpers import check_against_eager
 
-    def norms(x, w, b, img, gw, gb):
+    def norms(x, w, b, img, gw, gb, mean, var):
         return (
             F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-12),
             F.layer_norm(x, (x.shape[-1],)),
             F.group_norm(img, 2, gw, gb),
+            F.batch_norm(img, mean, var, gw, gb, training=False),
+            F.batch_norm(img, mean, var, training=False),
         )
 
     torch.manual_seed(0)
@@ -44,5 +47,8 @@ def test_half_precision_layer_and_group_norm_compile_and_match_eager():
     w, b = torch.randn(16, dtype=bf16), torch.randn(16, dtype=bf16)
     img = torch.randn(2, 4, 3, 3, dtype=bf16)
     gw, gb = torch.randn(4, dtype=bf16), torch.randn(4, dtype=bf16)
+    mean, var = torch.randn(4, dtype=bf16), torch.rand(4, dtype=bf16) + 0.5
     with torch.no_grad():
-        check_against_eager(norms, x, w, b, img, gw, gb, rtol=1.6e-2, atol=1e-2)
+        check_against_eager(
+            norms, x, w, b, img, gw, gb, mean, var, rtol=1.6e-2, atol=1e-2
+        )

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
@@ -91,24 +92,30 @@ def batch_norm_inference(
 ) -> tuple[TensorValue, TensorValue, TensorValue]:
     """_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor)"""
     rank = input.rank
-    scale = ops.rsqrt(ops.add(running_var, as_tensor(eps, running_var.dtype)))
+    # In float32 for half precision, as torch's kernels (and so that a
+    # bfloat16 model's batch norm lowers at all).
+    dtype = accumulation_dtype(input.dtype)
+    variance = ops.cast(running_var, dtype)
+    scale = ops.rsqrt(ops.add(variance, as_tensor(eps, dtype)))
     if weight is not None:
-        scale = ops.mul(scale, weight)
-    shift = ops.negate(ops.mul(running_mean, scale))
+        scale = ops.mul(scale, ops.cast(weight, dtype))
+    shift = ops.negate(ops.mul(ops.cast(running_mean, dtype), scale))
     if bias is not None:
-        shift = ops.add(shift, bias)
+        shift = ops.add(shift, ops.cast(bias, dtype))
     twins = current().twins
     twin = twins.twin(input)
     if twin is not None:
         # Channels last: the per-channel [C] vectors broadcast over the last dim.
-        out = twins.channels_first(ops.add(ops.mul(twin, scale), shift))
+        scaled = ops.add(ops.mul(ops.cast(twin, dtype), scale), shift)
+        out = twins.channels_first(ops.cast(scaled, input.dtype))
     else:
+        x = ops.cast(input, dtype)
         out = ops.add(
-            ops.mul(input, _channel_view(scale, rank)), _channel_view(shift, rank)
+            ops.mul(x, _channel_view(scale, rank)), _channel_view(shift, rank)
         )
     # In inference torch returns empty saved statistics.
-    empty = ops.constant(np.zeros((0,), np.float32), input.dtype, device=input.device)
-    return out, empty, empty
+    empty = ops.constant(np.zeros((0,), np.float32), DType.float32, device=input.device)
+    return _in_output_dtypes(out, empty, empty)
 
 
 @lowering(aten.native_group_norm.default)
