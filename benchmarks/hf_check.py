@@ -98,13 +98,14 @@ def _fallback_ops(caught: list[warnings.WarningMessage]) -> dict[str, str]:
     for w in caught:
         if issubclass(w.category, FallbackWarning):
             text = str(w.message)
-            for op, _count, reason in _FALLBACK_OP.findall(text):
+            named = _FALLBACK_OP.findall(text)
+            for op, _count, reason in named:
                 ops[op] = reason
             # Any other fallback still fails the row: it is named by its graph.
             whole = _FALLBACK_GRAPH.search(text)
             if whole:
                 ops[f"graph {whole[1]}"] = whole[2][:200]
-            elif not _FALLBACK_OP.search(text):
+            elif not named:
                 ops["unrecognised fallback"] = text[:200]
     return ops
 
