@@ -67,11 +67,17 @@ def native_layer_norm(
 
 
 def _in_output_dtypes(*values: TensorValue) -> tuple[TensorValue, ...]:
-    """Each value cast to the dtype torch gives the node's output at its position."""
+    """Each value cast to the dtype torch gives the node's output at its position.
+
+    A value already in that dtype is returned itself: ops.cast would wrap it
+    in a new TensorValue, and the layout pass knows channels-last twins by the
+    identity of the value (a batch norm's output would lose its twin).
+    """
     meta = current().out_meta
     assert isinstance(meta, (list, tuple))
     return tuple(
-        ops.cast(v, to_max_dtype(m.dtype)) for v, m in zip(values, meta, strict=True)
+        v if v.dtype == to_max_dtype(m.dtype) else ops.cast(v, to_max_dtype(m.dtype))
+        for v, m in zip(values, meta, strict=True)
     )
 
 
