@@ -57,3 +57,40 @@ def without_warm_starts(
     from torch_max_backend import backend
 
     monkeypatch.setattr(backend, "start_warm", lambda *args, **kwargs: None)
+
+
+@pytest.fixture(autouse=True)
+def count_max_compiles(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Record how many MAX graphs each test compiled or loaded from MAX's disk
+    cache: with an empty cache each is a real compile (15-60 s), so these
+    counts say where the suite's cold time goes (printed at the end)."""
+    from torch_max_backend import compile_stats
+
+    before = compile_stats()
+    yield
+    after = compile_stats()
+    # A test that reset the statistics counted from zero.
+    reset = after.max_compiles < before.max_compiles
+    graphs = after.max_compiles - (0 if reset else before.max_compiles)
+    if graphs:
+        request.node.user_properties.append(("max_graphs", graphs))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    # The fixture records in its teardown, so the teardown reports carry it.
+    counts = [
+        (value, report.nodeid)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "teardown"
+        for key, value in report.user_properties
+        if key == "max_graphs"
+    ]
+    if not counts:
+        return
+    counts.sort(key=lambda c: (-c[0], c[1]))
+    write = terminalreporter.write_line
+    terminalreporter.section("MAX graphs per test (each a compile on an empty cache)")
+    write(f"{sum(g for g, _ in counts)} graphs in {len(counts)} tests; the most:")
+    for graphs, nodeid in counts[:25]:
+        write(f"{graphs:4d}  {nodeid}")

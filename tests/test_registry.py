@@ -69,6 +69,18 @@ def test_decompositions_skip_lowered_ops():
     assert aten.native_batch_norm_backward.default in table
 
 
+def test_a_lowering_registered_later_leaves_the_decomposition_table():
+    # The core table is read once per process; which ops we lower is not.
+    op = aten.native_batch_norm_backward.default
+    assert op in decomposition_table()
+    MAPPING_TORCH_ATEN_TO_MAX[op] = lambda *args: args
+    try:
+        assert op not in decomposition_table()
+    finally:
+        del MAPPING_TORCH_ATEN_TO_MAX[op]
+    assert op in decomposition_table()
+
+
 def test_every_lowering_documents_its_schemas():
     # One function may serve several overloads; its docstring then lists the
     # exact schema of each, one per line.

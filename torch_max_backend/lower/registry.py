@@ -8,6 +8,7 @@ from it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -229,18 +230,26 @@ _EXTRA_DECOMPOSITIONS = [
 ]
 
 
+@functools.cache
+def _core_and_extra_decompositions() -> dict[OpOverload, Callable[..., Any]]:
+    """torch's core ATen decompositions and ours, read once per process:
+    materializing torch's table walks every operator's registrations
+    (0.1-0.2 s a call, which every compile and every traced test case paid)."""
+    table = dict(core_aten_decompositions().items())
+    table.update(get_decompositions(_EXTRA_DECOMPOSITIONS))
+    return {op: fn for op, fn in table.items() if isinstance(op, OpOverload)}
+
+
 def decomposition_table() -> dict[OpOverload, Callable[..., Any]]:
     """Core ATen decompositions (and a few extra) minus every op we lower.
 
-    Read afresh at each compile so that user registrations take effect.
+    Filtered afresh at each compile so that user registrations take effect.
     """
     from .families import register_families
 
     register_families()
-    table = dict(core_aten_decompositions().items())
-    table.update(get_decompositions(_EXTRA_DECOMPOSITIONS))
     return {
         op: fn
-        for op, fn in table.items()
-        if isinstance(op, OpOverload) and op not in MAPPING_TORCH_ATEN_TO_MAX
+        for op, fn in _core_and_extra_decompositions().items()
+        if op not in MAPPING_TORCH_ATEN_TO_MAX
     }
