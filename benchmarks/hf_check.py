@@ -6,7 +6,8 @@ the architecture twice from one seed, runs it in eval mode without gradients
 train mode (zero_grad, forward, backward, AdamW step; the whole step compiled)
 on both, and prints one JSON line: per phase the status, the largest
 difference (outputs, first-backward gradients, then parameters and buffers
-after the step), and the MAX graphs, fallback ops and first-call seconds.
+after the step), and the MAX graphs, fallback ops, first-call seconds and
+the seconds of those spent in MAX's compiler.
 """
 
 from __future__ import annotations
@@ -117,6 +118,14 @@ def _graphs() -> int:
     return stats.max_compiles + stats.cache_hits + stats.warm_starts
 
 
+def _compile_seconds() -> float:
+    """Seconds in MAX's compiler and loader in this phase (summed over its
+    graphs): where a first call's time goes on an empty cache."""
+    from torch_max_backend import compile_stats
+
+    return round(compile_stats().compile_seconds, 1)
+
+
 def _step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: dict
 ) -> Any:
@@ -153,6 +162,7 @@ def _run_phase(run: Any, comparison: Comparison) -> dict[str, Any]:
         "graphs": _graphs(),
         "fallback_ops": _fallback_ops(caught),
         "first_call_s": round(seconds, 1),
+        "compile_s": _compile_seconds(),
     }
 
 

@@ -40,6 +40,7 @@ HEADERS = [
     "MAX graphs",
     "ops left to PyTorch",
     "first call (s)",
+    "MAX compile (s)",
 ]
 
 
@@ -109,6 +110,7 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
                 or "none",
                 f"{inference.get('first_call_s', '-')} / "
                 f"{training.get('first_call_s', '-')}",
+                f"{inference.get('compile_s', '-')} / {training.get('compile_s', '-')}",
             ]
         )
     return table
@@ -141,7 +143,9 @@ time over {"an empty compile cache" if args.caches == "cold" else "the user's ca
 the whole run took {minutes:.1f} minutes.
 
 MAX graphs: inference + training step (forward, backward, optimizer). First call:
-seconds of the first compiled inference call / training step, compiles included.
+seconds of the first compiled inference call / training step, compiles included;
+MAX compile: the seconds of those spent in MAX's compiler and loader (summed over
+the phase's graphs, which compile in worker processes).
 
 {table}
 """
