@@ -69,15 +69,15 @@ def native_layer_norm(
 def _in_output_dtypes(*values: TensorValue) -> tuple[TensorValue, ...]:
     """Each value cast to the dtype torch gives the node's output at its position.
 
-    A value already in that dtype is returned itself: ops.cast would wrap it
-    in a new TensorValue, and the layout pass knows channels-last twins by the
-    identity of the value (a batch norm's output would lose its twin).
+    A value already in that dtype is returned itself (as_tensor does not
+    cast it): ops.cast would wrap it in a new TensorValue, and the layout pass
+    knows channels-last twins by the identity of the value (a batch norm's
+    output would lose its twin).
     """
     meta = current().out_meta
     assert isinstance(meta, (list, tuple))
     return tuple(
-        v if v.dtype == to_max_dtype(m.dtype) else ops.cast(v, to_max_dtype(m.dtype))
-        for v, m in zip(values, meta, strict=True)
+        as_tensor(v, to_max_dtype(m.dtype)) for v, m in zip(values, meta, strict=True)
     )
 
 
