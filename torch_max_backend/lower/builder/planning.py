@@ -22,6 +22,7 @@ from ...plan import InputKind, InputSource
 from ..registry import draws_random, lifts_scalars
 from ..shapes import max_dim
 from .capability import lowering_of
+from .folding import ConstantSubexpressions
 
 # The seed input's metadata: one int64.
 _SEED_META = torch.empty((1,), dtype=torch.int64)
@@ -145,6 +146,8 @@ class InputPlan:
         ]
         # Those written in place as MAX buffers; the rest are written back.
         self.buffered = _buffered(self.mutated)
+        # Nodes computed from literals alone, by PyTorch, here (folding).
+        self.constant_subexpressions = ConstantSubexpressions(gm)
         self._plan()
 
     def _add(
@@ -195,6 +198,12 @@ class InputPlan:
                     # then stays the same whatever the constant's value.
                     self.input_of[node] = self._add_constant(
                         value.detach().to(self.device), value, f"constant {node.target}"
+                    )
+            elif node in self.constant_subexpressions.folded:
+                value = self.constant_subexpressions.frontier.get(node)
+                if value is not None:
+                    self.input_of[node] = self._add_constant(
+                        value.to(self.device), value, f"constant {node.name}"
                     )
             elif node.op == "call_function":
                 self._plan_scalars(node)

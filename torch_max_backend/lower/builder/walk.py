@@ -214,6 +214,11 @@ class NodeWalk:
             for node in self.gm.graph.nodes:
                 if node.op == "get_attr":
                     self.values[node] = self._attribute_value(node)
+                elif node in plan.constant_subexpressions.folded:
+                    # Computed by PyTorch at planning (folding): the values
+                    # other nodes read are inputs, the rest is read by no one.
+                    if node in plan.input_of:
+                        self.values[node] = self._input(plan.input_of[node]).tensor
                 elif node in self.slot_writes:
                     self.values[node] = self._store_slot(node)
                 elif node in self.done_write_backs:

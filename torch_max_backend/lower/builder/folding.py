@@ -1,0 +1,171 @@
+"""Constant subexpressions, computed by PyTorch once and fed to MAX as inputs.
+
+A graph often computes tensors from literals alone: index ranges, causal masks
+and position tables built with ``arange`` from static sizes. MAX evaluates such
+subexpressions at compile time (its ConstantFold pass), and to do so it
+JIT-compiles their kernels in a compile session of its own: about 30 s on top
+of the graph's own kernels on a 2-core AMD EPYC (max 26.7), whenever a graph
+has any. PyTorch computes the same values in microseconds when the graph is
+planned, so the planner evaluates them here and feeds the values the rest of
+the graph reads (the frontier) as constant inputs, like graph attributes: the
+compiled graph then has nothing to fold, and stays the same for other values.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+_log = logging.getLogger("torch_max_backend.lower.folding")
+
+# A frontier value larger than this stays in the graph: it would be held in
+# memory for the compiled graph's lifetime and read at every call.
+MAX_FOLDED_BYTES = 64 * 1024 * 1024
+
+# Ops that only fill a tensor with one value: alone, MAX keeps them as a splat
+# it fuses into their readers, with nothing to fold, so they are not lifted.
+_FILLS = frozenset(
+    {
+        torch.ops.aten.full.default,
+        torch.ops.aten.zeros.default,
+        torch.ops.aten.ones.default,
+        torch.ops.aten.scalar_tensor.default,
+        torch.ops.aten.empty.memory_format,
+    }
+)
+
+# What an ATen op's non-tensor arguments hold.
+_LITERALS = (
+    int,
+    float,
+    bool,
+    str,
+    type(None),
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+)
+
+
+def _static_meta(node: torch.fx.Node) -> torch.Tensor | None:
+    """The node's fake tensor when it is one tensor of static size."""
+    meta = node.meta.get("val")
+    if not isinstance(meta, torch.Tensor):
+        return None
+    if not all(isinstance(s, int) for s in meta.shape):
+        return None
+    return meta
+
+
+def _may_fold(node: torch.fx.Node) -> bool:
+    """Whether the op is a pure function of its arguments: an ATen op that
+    neither draws random numbers nor writes any argument."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    return not target._schema.is_mutable
+
+
+def _literal_only(value: Any, known: dict[torch.fx.Node, torch.Tensor]) -> bool:
+    """Whether an argument holds only literals and already computed nodes."""
+    if isinstance(value, torch.fx.Node):
+        return value in known
+    if isinstance(value, (list, tuple)):
+        return all(_literal_only(v, known) for v in value)
+    return isinstance(value, _LITERALS)
+
+
+def _substitute(value: Any, known: dict[torch.fx.Node, torch.Tensor]) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return known[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_substitute(v, known) for v in value)
+    return value
+
+
+def _evaluate(
+    node: torch.fx.Node, meta: torch.Tensor, known: dict[torch.fx.Node, torch.Tensor]
+) -> torch.Tensor | None:
+    """The node's value computed by PyTorch, or None when it cannot be."""
+    args = _substitute(node.args, known)
+    kwargs = {k: _substitute(v, known) for k, v in node.kwargs.items()}
+    try:
+        value = node.target(*args, **kwargs)
+    except Exception as e:  # the node then stays in the graph
+        _log.debug("torch-max-backend: %s not folded: %s", node.name, e)
+        return None
+    if (
+        not isinstance(value, torch.Tensor)
+        or value.shape != meta.shape
+        or value.dtype != meta.dtype
+    ):
+        return None
+    return value
+
+
+class ConstantSubexpressions:
+    """The literal-only nodes of one graph, and the values to feed for them.
+
+    ``folded`` holds every node computed here, which the walk lowers none of;
+    ``frontier`` maps those that some node outside it reads to their values.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        known: dict[torch.fx.Node, torch.Tensor] = {}
+        for node in gm.graph.nodes:
+            meta = _static_meta(node)
+            if (
+                meta is None
+                or not _may_fold(node)
+                or meta.numel() * meta.element_size() > MAX_FOLDED_BYTES
+                or not _literal_only(node.args, known)
+                or not _literal_only(list(node.kwargs.values()), known)
+            ):
+                continue
+            value = _evaluate(node, meta, known)
+            if value is not None:
+                known[node] = value
+        self.folded = self._drop_outputs_and_lone_fills(known)
+        self.frontier = {
+            node: known[node].detach().contiguous()
+            for node in self.folded
+            if any(user not in self.folded for user in node.users)
+        }
+        if self.frontier:
+            _log.debug(
+                "torch-max-backend: %d constant nodes computed at planning, "
+                "%d fed as inputs",
+                len(self.folded),
+                len(self.frontier),
+            )
+
+    @staticmethod
+    def _drop_outputs_and_lone_fills(
+        known: dict[torch.fx.Node, torch.Tensor],
+    ) -> set[torch.fx.Node]:
+        """The nodes worth folding.
+
+        A value the graph returns is left to MAX so that the caller gets a
+        fresh tensor, never the constant input itself (which a caller could
+        write into); a fill read by nothing folded is left as MAX's splat.
+        """
+        folded = {
+            node
+            for node in known
+            if not any(user.op == "output" for user in node.users)
+        }
+        while True:
+            lone = {
+                node
+                for node in folded
+                if node.target in _FILLS
+                and not any(user in folded for user in node.users)
+            }
+            if not lone:
+                return folded
+            folded -= lone
