@@ -62,7 +62,7 @@ def test_a_mask_built_from_arange_is_computed_at_planning():
     assert "mo.greater_equal" not in text
 
 
-def test_random_mutating_and_huge_values_stay_in_the_graph():
+def test_random_ops_and_huge_values_stay_in_the_graph():
     huge = MAX_FOLDED_BYTES // 4 + 1
 
     def fn(x: torch.Tensor) -> torch.Tensor:
