@@ -60,6 +60,34 @@ def as_buffer(tensor: torch.Tensor) -> Buffer:
     return _from_dlpack(tensor)
 
 
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    start = tensor.data_ptr()
+    return start, start + tensor.numel() * tensor.element_size()
+
+
+def outputs_sharing_inputs(
+    results: Sequence[torch.Tensor], inputs: Sequence[Buffer]
+) -> list[int]:
+    """The results that lie in the memory of one of MAX's inputs.
+
+    MAX returns an input's own buffer for an output it has nothing to compute
+    for (a clone, a reshape of one, a constant the graph returns), where torch
+    gives a new tensor: a caller writing into it would change the input, or
+    the constant every later call returns. Views of the caller's inputs are
+    made views again by AOTAutograd from the input itself, so copying their
+    results changes nothing they show.
+    """
+    spans = [_span(t) for t in map(_to_torch, inputs) if t.numel()]
+    sharing = []
+    for i, result in enumerate(results):
+        if not result.numel():
+            continue
+        start, end = _span(result)
+        if any(start < e and s < end for s, e in spans):
+            sharing.append(i)
+    return sharing
+
+
 class CompiledGraph:
     """Runs one compiled MAX model with AOTAutograd's boxed calling convention."""
 
@@ -104,6 +132,10 @@ class CompiledGraph:
         self._seen: list[tuple[Any, int, Buffer | None] | None] = [None] * len(
             self._plan
         )
+        # MAX outputs that are an input's own memory (found at the first call:
+        # which outputs MAX aliases is decided when it compiles), copied at
+        # every call (outputs_sharing_inputs).
+        self._sharing: list[int] | None = None
 
     @no_type_check
     def _buffers(self, args: list) -> list:
@@ -146,10 +178,17 @@ class CompiledGraph:
     def _results(self, args: list) -> list:
         if self._execute is None:
             return []
-        buffers = self._execute(self._buffers(args))
+        inputs = self._buffers(args)
+        buffers = self._execute(inputs)
         if self._on_cpu:
-            return [_from_capsule(b.__dlpack__()) for b in buffers]
-        return [_to_torch(b) for b in buffers]
+            results = [_from_capsule(b.__dlpack__()) for b in buffers]
+        else:
+            results = [_to_torch(b) for b in buffers]
+        if self._sharing is None:
+            self._sharing = outputs_sharing_inputs(results, inputs)
+        for i in self._sharing:
+            results[i] = results[i].clone()
+        return results
 
     @no_type_check
     def __call__(self, args: list) -> list:
