@@ -291,3 +291,24 @@ def test_debug_prints_statistics_and_timings(package, capsys, monkeypatch):
     monkeypatch.setenv("TORCH_MAX_BACKEND_DEBUG", "maybe")
     assert main(["run", "--model", str(package)]) == 2
     assert "TORCH_MAX_BACKEND_DEBUG='maybe' is not a boolean" in capsys.readouterr().err
+
+
+class _ReturnsItsTable(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(4.0))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x + 1, self.table.clone()
+
+
+def test_a_returned_weight_is_a_copy_the_caller_may_write(tmp_path):
+    from torch_max_backend import export
+
+    path = export(_ReturnsItsTable(), (torch.zeros(4),), tmp_path / "table.maxpkg")
+    runner = load(path)
+    first = runner(np.zeros(4, dtype=np.float32))
+    np.testing.assert_array_equal(first[1], np.arange(4.0, dtype=np.float32))
+    first[1][:] = -1.0
+    second = runner(np.zeros(4, dtype=np.float32))
+    np.testing.assert_array_equal(second[1], np.arange(4.0, dtype=np.float32))

@@ -133,6 +133,9 @@ class LoadedModel:
             compiled = read(self.path / GRAPH)
             self._session = InferenceSession(devices=[self.device])
             self._model = self._session.init(compiled)
+            # Outputs that are an input's or a weight's own memory (found at
+            # the first run; see _outputs_sharing_inputs), copied at every run.
+            self._sharing: list[int] | None = None
         except Exception as e:
             raise PackageError(
                 f"{self.path / GRAPH} cannot be loaded: {str(e).splitlines()[0]}"
@@ -170,6 +173,10 @@ class LoadedModel:
             self.device.synchronize()
         latency = (time.perf_counter() - start) * 1e3
         outputs = [r.to_numpy() for r in results]
+        if self._sharing is None:
+            self._sharing = _outputs_sharing_inputs(outputs, buffers)
+        for i in self._sharing:
+            outputs[i] = outputs[i].copy()
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         return InferenceResult(
             outputs=outputs,
@@ -180,6 +187,21 @@ class LoadedModel:
             peak_rss_bytes=rss,
             output_shapes=[o.shape for o in outputs],
         )
+
+
+def _outputs_sharing_inputs(outputs: list[np.ndarray], inputs: list[Any]) -> list[int]:
+    """The outputs lying in an input's or a weight's memory.
+
+    MAX returns an input's own buffer for an output it has nothing to compute
+    for (a weight the graph returns, a clone of an input); a caller writing
+    into such an output would change the weight every later run reads.
+    """
+    host = [b.to_numpy() for b in inputs if b.is_host]
+    return [
+        i
+        for i, out in enumerate(outputs)
+        if out.size and any(np.may_share_memory(out, a) for a in host)
+    ]
 
 
 def load(path: str | Path, device: str = "cpu") -> LoadedModel:
