@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 import torch
+from torch.fx.node import map_arg
 
 _log = logging.getLogger("torch_max_backend.lower.folding")
 
@@ -80,20 +81,12 @@ def _literal_only(value: Any, known: dict[torch.fx.Node, torch.Tensor]) -> bool:
     return isinstance(value, _LITERALS)
 
 
-def _substitute(value: Any, known: dict[torch.fx.Node, torch.Tensor]) -> Any:
-    if isinstance(value, torch.fx.Node):
-        return known[value]
-    if isinstance(value, (list, tuple)):
-        return type(value)(_substitute(v, known) for v in value)
-    return value
-
-
 def _evaluate(
     node: torch.fx.Node, meta: torch.Tensor, known: dict[torch.fx.Node, torch.Tensor]
 ) -> torch.Tensor | None:
     """The node's value computed by PyTorch, or None when it cannot be."""
-    args = _substitute(node.args, known)
-    kwargs = {k: _substitute(v, known) for k, v in node.kwargs.items()}
+    args = map_arg(node.args, known.__getitem__)
+    kwargs = map_arg(node.kwargs, known.__getitem__)
     try:
         value = node.target(*args, **kwargs)
     except Exception as e:  # the node then stays in the graph
@@ -159,13 +152,10 @@ class ConstantSubexpressions:
             for node in known
             if not any(user.op == "output" for user in node.users)
         }
-        while True:
-            lone = {
-                node
-                for node in folded
-                if node.target in _FILLS
-                and not any(user in folded for user in node.users)
-            }
-            if not lone:
-                return folded
-            folded -= lone
+        # One pass is enough: a fill reads no node, so dropping one never
+        # leaves another fill with fewer folded readers.
+        return {
+            node
+            for node in folded
+            if node.target not in _FILLS or any(user in folded for user in node.users)
+        }
