@@ -37,7 +37,7 @@ def _aten_graph(fn, *inputs: torch.Tensor) -> torch.fx.GraphModule:
 def _causal_softmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     positions = torch.arange(x.shape[-1])
     mask = positions[:, None] >= positions[None, :]
-    # The doubled positions are returned: computed by MAX from the constant.
+    # The doubled positions are returned, and computed at planning too.
     return torch.where(mask, x, float("-inf")).softmax(-1), positions * 2
 
 
@@ -51,12 +51,18 @@ def test_a_mask_built_from_arange_is_computed_at_planning():
     gm = _aten_graph(_causal_softmax, torch.randn(16, 16))
     plan = InputPlan(gm)
     folded = plan.constant_subexpressions.folded
-    assert {n.target for n in folded} >= {aten.arange.default, aten.ge.Tensor}
+    assert {n.target for n in folded} >= {
+        aten.arange.default,
+        aten.ge.Tensor,
+        aten.mul.Tensor,
+    }
     # The mask and the positions feed nodes MAX computes; both are inputs.
     fed = _constants(plan)
     mask = torch.arange(16)[:, None] >= torch.arange(16)[None, :]
     assert any(t.dtype == torch.bool and torch.equal(t, mask) for t in fed)
-    assert any(torch.equal(t, torch.arange(16)) for t in fed)
+    # The returned doubled positions are an input too; the runtime hands the
+    # caller a copy (tests/runtime/test_fresh_outputs.py).
+    assert any(torch.equal(t, torch.arange(16) * 2) for t in fed)
     text = str(build_graph(gm).graph)
     assert "mo.range" not in text
     assert "mo.greater_equal" not in text

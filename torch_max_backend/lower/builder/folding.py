@@ -123,7 +123,7 @@ class ConstantSubexpressions:
             value = _evaluate(node, meta, known)
             if value is not None:
                 known[node] = value
-        self.folded = self._drop_outputs_and_lone_fills(known)
+        self.folded = self._drop_lone_fills(known)
         self.frontier = {
             node: known[node].detach().contiguous()
             for node in self.folded
@@ -138,24 +138,20 @@ class ConstantSubexpressions:
             )
 
     @staticmethod
-    def _drop_outputs_and_lone_fills(
+    def _drop_lone_fills(
         known: dict[torch.fx.Node, torch.Tensor],
     ) -> set[torch.fx.Node]:
-        """The nodes worth folding.
+        """The nodes worth folding: all but a fill read by nothing folded,
+        which MAX keeps as a splat it fuses into its readers.
 
-        A value the graph returns is left to MAX so that the caller gets a
-        fresh tensor, never the constant input itself (which a caller could
-        write into); a fill read by nothing folded is left as MAX's splat.
+        A value the graph returns is folded too: MAX then returns the constant
+        input's own memory, which the runtime copies for the caller at every
+        call (runtime/compiled_graph.py), so no caller can write into it.
+        One pass is enough: a fill reads no node, so dropping one never leaves
+        another fill with fewer folded readers.
         """
-        folded = {
-            node
-            for node in known
-            if not any(user.op == "output" for user in node.users)
-        }
-        # One pass is enough: a fill reads no node, so dropping one never
-        # leaves another fill with fewer folded readers.
         return {
             node
-            for node in folded
-            if node.target not in _FILLS or any(user in folded for user in node.users)
+            for node in known
+            if node.target not in _FILLS or any(user in known for user in node.users)
         }
