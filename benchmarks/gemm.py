@@ -12,7 +12,9 @@ PyTorch's GEMMs look up to a third slower than they are. A third process
 alternates a MAX matmul and a PyTorch one, the pattern of a model whose
 MAX graphs are interleaved with PyTorch work, and reports what that costs.
 ``--rows 1`` gives every shape one row, a decode step's matrix-vector
-products, and reports the bandwidth each reaches reading its weight.
+products, and reports the bandwidth each reaches reading its weight; with at
+most 8 rows the product is also timed with the skinny Mojo kernel our
+lowering uses for such products (kernels/mojo/skinny_matmul.mojo).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks.child import ChildFailed, child_json
+from torch_max_backend.lower.ops.linalg import SKINNY_MAX_ROWS
 
 # (M, K, N): MLP hidden layers; GPT-2's attention input, MLP up and down
 # projections at 128 tokens; its tied LM head.
@@ -77,11 +80,13 @@ def _max_model(
     name: str,
     constant: Any = None,
     row_sums: bool = False,
+    skinny: bool = False,
 ) -> Any:
     """A one-matmul MAX model; the weight is its second input, or ``constant``
     (a numpy array) embedded in the graph, which MAX may repack when compiling.
     ``row_sums``: one row against a [N, K] weight as a product and a sum along
-    each stored row, as our lowering builds a decode step's Linear."""
+    each stored row, as our lowering builds a decode step's Linear.
+    ``skinny``: the product by torch-max-backend's skinny kernel."""
     from max.driver import CPU
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -100,6 +105,15 @@ def _max_model(
             w = ops.constant(constant, DType.float32, device)
         if row_sums:
             graph.output(ops.reshape(ops.sum(ops.mul(w, x), -1), [1, n]))
+        elif skinny:
+            from torch_max_backend.kernels.library import SHIPPED, custom
+
+            out_type = TensorType(DType.float32, [m, n], device)
+            parameters = {"rows": m, "weight_nk": transposed}
+            kernel = "torch_max_backend_skinny_matmul"
+            graph.output(
+                *custom(SHIPPED, kernel, [x, w], [out_type], device, parameters)
+            )
         else:
             graph.output(ops.matmul(x, ops.transpose(w, 0, 1) if transposed else w))
     return InferenceSession(devices=[CPU()]).load(graph)
@@ -127,6 +141,16 @@ def _max_child(runs: int, rows: int) -> dict[str, Any]:
                 Buffer.from_dlpack(torch.randn(n, k)),
             ]
             row["max_row_sums"] = _median_ms(partial(model.execute, *buffers), runs)
+        if m <= SKINNY_MAX_ROWS:
+            for transposed, key in ((True, "skinny_nk"), (False, "skinny_kn")):
+                name = f"gemm_{key}_{m}_{k}_{n}"
+                model = _max_model(m, k, n, transposed, name, skinny=True)
+                weight = (n, k) if transposed else (k, n)
+                buffers = [
+                    Buffer.from_dlpack(torch.randn(m, k)),
+                    Buffer.from_dlpack(torch.randn(*weight)),
+                ]
+                row[key] = _median_ms(partial(model.execute, *buffers), runs)
         figures[f"{m}x{k}x{n}"] = row
     return figures
 
@@ -237,6 +261,12 @@ def main() -> None:
         if "max_row_sums" in mx:
             ms = mx["max_row_sums"]
             rows[-1].append(f"{ms:.3f} ({4 * k * n / ms / 1e6:.0f} GB/s)")
+        if "skinny_nk" in mx:
+            nk, kn = mx["skinny_nk"], mx["skinny_kn"]
+            rows[-1].append(
+                f"{nk:.3f} / {kn:.3f} "
+                f"({4 * k * n / nk / 1e6:.0f} / {4 * k * n / kn / 1e6:.0f} GB/s)"
+            )
     print(
         tabulate(
             rows,
@@ -249,6 +279,11 @@ def main() -> None:
                 "GFLOP/s torch / MAX",
                 "weight GB/s torch / MAX [N,K] / [K,N]",
                 *(["MAX [N,K] as row sums ms"] if args.rows == 1 else []),
+                *(
+                    ["skinny kernel [N,K] / [K,N] ms"]
+                    if 0 < args.rows <= SKINNY_MAX_ROWS
+                    else []
+                ),
             ],
         )
     )

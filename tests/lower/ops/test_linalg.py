@@ -37,7 +37,9 @@ def _product_node(fn, *inputs: torch.Tensor) -> torch.fx.Node:
 
 
 # (id, expected strategy, function, inputs): a decode step's Linear (one row
-# against a weight stored [N, K]) takes row sums; the rest, MAX's matmul.
+# against a weight stored [N, K]) takes row sums; up to 8 float32 rows against
+# a large weight (2^18 elements or more, in either layout) the skinny kernel;
+# the rest, MAX's matmul.
 STRATEGY_CASES = [
     ("linear-one-row", "row_sums", F.linear, (torch.zeros(1, 64), torch.zeros(96, 64))),
     ("linear-bias-one-row", "row_sums", F.linear,
@@ -46,6 +48,13 @@ STRATEGY_CASES = [
     ("weight-stored-kn", "matmul", torch.mm, (torch.zeros(1, 64), torch.zeros(64, 96))),
     ("bfloat16", "matmul", F.linear,
      (torch.zeros(1, 64, dtype=torch.bfloat16), torch.zeros(96, 64, dtype=torch.bfloat16))),
+    ("conv1d-one-row", "skinny", torch.addmm,
+     (torch.zeros(768), torch.zeros(1, 512), torch.zeros(512, 768))),
+    ("linear-eight-rows", "skinny", F.linear, (torch.zeros(8, 512), torch.zeros(768, 512))),
+    ("linear-nine-rows", "matmul", F.linear, (torch.zeros(9, 512), torch.zeros(768, 512))),
+    ("small-weight-kn", "matmul", torch.mm, (torch.zeros(2, 64), torch.zeros(64, 96))),
+    ("bfloat16-large", "matmul", F.linear,
+     (torch.zeros(8, 512, dtype=torch.bfloat16), torch.zeros(768, 512, dtype=torch.bfloat16))),
 ]  # fmt: skip
 
 
@@ -76,6 +85,30 @@ def test_row_sums_match_eager(max_calls):
         linears, backend=max_backend, fullgraph=True, options={"strict": True}
     )
     got, want = compiled(x, w, b), linears(x, w, b)
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert max_calls.of("inference") == 1
+
+
+def test_skinny_kernel_matches_eager(max_calls):
+    torch.manual_seed(0)
+    # Sizes with no multiple of the vector width, so every tail path runs:
+    # weights of 2^18 elements or more, stored [K, N] (Conv1D) and [N, K].
+    w_kn, w_nk = torch.randn(520, 509), torch.randn(509, 520)
+    x, b = torch.randn(8, 520), torch.randn(509)
+
+    def products(x, w_kn, w_nk, b):
+        return (
+            torch.mm(x[:1], w_kn),
+            torch.addmm(b, x[:3], w_kn, beta=0.5, alpha=2.0),
+            F.linear(x[:5], w_nk, b),
+            F.linear(x, w_nk),
+        )
+
+    compiled = torch.compile(
+        products, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
+    got, want = compiled(x, w_kn, w_nk, b), products(x, w_kn, w_nk, b)
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     assert max_calls.of("inference") == 1

@@ -7,9 +7,11 @@ import math
 import numpy as np
 import torch
 from max.dtype import DType
-from max.graph import TensorValue, ops
+from max.graph import TensorType, TensorValue, ops
 
-from ..kit import arg_tensor, node_arg, same_sizes
+from ...kernels.library import SHIPPED, custom
+from ..context import current
+from ..kit import arg_tensor, is_static, node_arg, same_sizes
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
 
@@ -33,26 +35,80 @@ def _scaled_sum(
 _TRANSPOSES = {aten.t.default, aten.transpose.int, aten.permute.default}
 
 
-def one_row_times_stored_rows(node: torch.fx.Node) -> str | None:
-    """One float32 row times a weight stored [N, K] and read transposed (a Linear in decode)."""
+def _operands(node: torch.fx.Node) -> tuple[torch.Tensor, object]:
+    """mm's or addmm's left operand's meta and its right operand's node."""
     # mm's operands are its first two arguments; addmm's follow the bias.
     offset = 1 if node.target is aten.addmm.default else 0
-    row, weight = arg_tensor(node, offset), node_arg(node, offset + 1, "mat2", None)
+    return arg_tensor(node, offset), node_arg(node, offset + 1, "mat2", None)
+
+
+def _reads_stored_rows(weight: object) -> bool:
+    """Whether a product's right operand is a 2-d tensor with contiguous rows
+    read transposed: a weight stored [N, K], as nn.Linear keeps it."""
+    if not isinstance(weight, torch.fx.Node) or weight.target not in _TRANSPOSES:
+        return False
+    stored = weight.args[0]
+    meta = stored.meta.get("val") if isinstance(stored, torch.fx.Node) else None
+    return isinstance(meta, torch.Tensor) and meta.dim() == 2 and meta.is_contiguous()
+
+
+def one_row_times_stored_rows(node: torch.fx.Node) -> str | None:
+    """One float32 row times a weight stored [N, K] and read transposed (a Linear in decode)."""
+    row, weight = _operands(node)
     if (
         row.dtype != torch.float32
         or row.dim() != 2
         or not same_sizes(row.shape[:1], [1])
     ):
         return "not one float32 row"
-    if not isinstance(weight, torch.fx.Node) or weight.target not in _TRANSPOSES:
-        return "a weight not read transposed"
-    stored = weight.args[0]
-    meta = stored.meta.get("val") if isinstance(stored, torch.fx.Node) else None
-    if not isinstance(meta, torch.Tensor) or meta.dim() != 2:
-        return "a weight not read transposed"
-    if not meta.is_contiguous():
-        return "a weight whose rows are not contiguous"
+    if not _reads_stored_rows(weight):
+        return "a weight not stored [N, K] with contiguous rows"
     return None
+
+
+# At most this many rows go to the skinny kernel: it streams the weight once
+# for all rows, which holds while the rows' multiply-adds keep up with memory.
+SKINNY_MAX_ROWS = 8
+# Smaller weights stay in the CPU's cache, where MAX's matmul is quick.
+SKINNY_MIN_WEIGHT = 1 << 18
+
+
+def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
+    """At most 8 float32 rows times a weight of 2^18 elements or more, either layout, on the CPU, static sizes (decode steps; a Mojo kernel streams the weight once)."""
+    rows, _ = _operands(node)
+    weight = arg_tensor(node, 2 if node.target is aten.addmm.default else 1)
+    if rows.dtype != torch.float32 or weight.dtype != torch.float32:
+        return "not float32"
+    if rows.device.type != "cpu":
+        return "not on the CPU"
+    if not is_static(rows.shape) or not is_static(weight.shape):
+        return "symbolic sizes"
+    if rows.shape[0] > SKINNY_MAX_ROWS:
+        return f"more than {SKINNY_MAX_ROWS} rows"
+    if weight.numel() < SKINNY_MIN_WEIGHT:
+        return "a weight small enough for the cache"
+    return None
+
+
+def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
+    # MAX's matmul streams a large weight at about half the memory's speed for
+    # one to eight rows, and a few shapes of a weight stored [K, N] at a tenth
+    # (benchmarks.gemm --rows 1 and 8); this kernel reads each stored weight
+    # row once, front to back.
+    _, weight = _operands(current().node)
+    stored_nk = _reads_stored_rows(weight)
+    # MAX folds this transpose into the one the graph applied: the kernel
+    # reads the weight's own memory.
+    stored = ops.transpose(mat2, 0, 1) if stored_nk else mat2
+    (product,) = custom(
+        SHIPPED,
+        "torch_max_backend_skinny_matmul",
+        [rows, stored],
+        [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
+        rows.device,
+        parameters={"rows": int(rows.shape[0]), "weight_nk": stored_nk},
+    )
+    return product
 
 
 def _row_times_stored_rows(row: TensorValue, mat2: TensorValue) -> TensorValue:
@@ -69,6 +125,11 @@ def _mm_by_row_sums(self: TensorValue, mat2: TensorValue) -> TensorValue:
     return _row_times_stored_rows(self, mat2)
 
 
+def _mm_by_skinny_kernel(self: TensorValue, mat2: TensorValue) -> TensorValue:
+    """mm(Tensor self, Tensor mat2) -> Tensor"""
+    return _few_rows_times_weight(self, mat2)
+
+
 def _mm(self: TensorValue, mat2: TensorValue) -> TensorValue:
     """mm(Tensor self, Tensor mat2) -> Tensor"""
     return ops.matmul(self, mat2)
@@ -78,6 +139,7 @@ mm = lowering_strategies(
     aten.mm.default,
     candidates=[
         Strategy("row_sums", _mm_by_row_sums, one_row_times_stored_rows),
+        Strategy("skinny", _mm_by_skinny_kernel, few_rows_times_large_weight),
         Strategy("matmul", _mm),
     ],
 )
@@ -113,10 +175,23 @@ def _addmm_by_row_sums(
     return _scaled_sum(self, _row_times_stored_rows(mat1, mat2), beta, alpha)
 
 
+def _addmm_by_skinny_kernel(
+    self: TensorValue,
+    mat1: TensorValue,
+    mat2: TensorValue,
+    *,
+    beta: Operand = 1,
+    alpha: Operand = 1,
+) -> TensorValue:
+    """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
+    return _scaled_sum(self, _few_rows_times_weight(mat1, mat2), beta, alpha)
+
+
 addmm = lowering_strategies(
     aten.addmm.default,
     candidates=[
         Strategy("row_sums", _addmm_by_row_sums, one_row_times_stored_rows),
+        Strategy("skinny", _addmm_by_skinny_kernel, few_rows_times_large_weight),
         Strategy("matmul", _addmm),
     ],
 )
