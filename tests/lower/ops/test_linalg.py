@@ -52,6 +52,7 @@ STRATEGY_CASES = [
      (torch.zeros(768), torch.zeros(1, 512), torch.zeros(512, 768))),
     ("linear-eight-rows", "skinny", F.linear, (torch.zeros(8, 512), torch.zeros(768, 512))),
     ("linear-nine-rows", "matmul", F.linear, (torch.zeros(9, 512), torch.zeros(768, 512))),
+    ("no-rows", "matmul", torch.mm, (torch.zeros(0, 512), torch.zeros(512, 768))),
     ("small-weight-kn", "matmul", torch.mm, (torch.zeros(2, 64), torch.zeros(64, 96))),
     ("bfloat16-large", "matmul", F.linear,
      (torch.zeros(8, 512, dtype=torch.bfloat16), torch.zeros(768, 512, dtype=torch.bfloat16))),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -83,8 +84,8 @@ def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
         return "not on the CPU"
     if not is_static(rows.shape) or not is_static(weight.shape):
         return "symbolic sizes"
-    if rows.shape[0] > SKINNY_MAX_ROWS:
-        return f"more than {SKINNY_MAX_ROWS} rows"
+    if not 0 < rows.shape[0] <= SKINNY_MAX_ROWS:
+        return f"no rows, or more than {SKINNY_MAX_ROWS}"
     if weight.numel() < SKINNY_MIN_WEIGHT:
         return "a weight small enough for the cache"
     return None
@@ -151,48 +152,35 @@ def bmm(self: TensorValue, mat2: TensorValue) -> TensorValue:
     return ops.matmul(self, mat2)
 
 
-def _addmm(
-    self: TensorValue,
-    mat1: TensorValue,
-    mat2: TensorValue,
-    *,
-    beta: Operand = 1,
-    alpha: Operand = 1,
-) -> TensorValue:
-    """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
-    return _scaled_sum(self, ops.matmul(mat1, mat2), beta, alpha)
+def _addmm_by(
+    product: Callable[[TensorValue, TensorValue], TensorValue],
+) -> Callable[..., TensorValue]:
+    """addmm's lowering around one way of building the product."""
 
+    def addmm_lowering(
+        self: TensorValue,
+        mat1: TensorValue,
+        mat2: TensorValue,
+        *,
+        beta: Operand = 1,
+        alpha: Operand = 1,
+    ) -> TensorValue:
+        """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
+        return _scaled_sum(self, product(mat1, mat2), beta, alpha)
 
-def _addmm_by_row_sums(
-    self: TensorValue,
-    mat1: TensorValue,
-    mat2: TensorValue,
-    *,
-    beta: Operand = 1,
-    alpha: Operand = 1,
-) -> TensorValue:
-    """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
-    return _scaled_sum(self, _row_times_stored_rows(mat1, mat2), beta, alpha)
-
-
-def _addmm_by_skinny_kernel(
-    self: TensorValue,
-    mat1: TensorValue,
-    mat2: TensorValue,
-    *,
-    beta: Operand = 1,
-    alpha: Operand = 1,
-) -> TensorValue:
-    """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
-    return _scaled_sum(self, _few_rows_times_weight(mat1, mat2), beta, alpha)
+    return addmm_lowering
 
 
 addmm = lowering_strategies(
     aten.addmm.default,
     candidates=[
-        Strategy("row_sums", _addmm_by_row_sums, one_row_times_stored_rows),
-        Strategy("skinny", _addmm_by_skinny_kernel, few_rows_times_large_weight),
-        Strategy("matmul", _addmm),
+        Strategy(
+            "row_sums", _addmm_by(_row_times_stored_rows), one_row_times_stored_rows
+        ),
+        Strategy(
+            "skinny", _addmm_by(_few_rows_times_weight), few_rows_times_large_weight
+        ),
+        Strategy("matmul", _addmm_by(ops.matmul)),
     ],
 )
 
