@@ -104,6 +104,10 @@ def test_skinny_kernel_matches_eager(max_calls):
             torch.addmm(b, x[:3], w_kn, beta=0.5, alpha=2.0),
             F.linear(x[:5], w_nk, b),
             F.linear(x, w_nk),
+            # Operands that are views, not stored weights: every other column
+            # of a [K, 2N] tensor, and a transposed slice.
+            torch.mm(x[:2], torch.cat([w_kn, w_kn], 1)[:, ::2]),
+            torch.mm(x[:2], w_nk[:, :].t()[:, 1:]),
         )
 
     compiled = torch.compile(
