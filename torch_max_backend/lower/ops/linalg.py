@@ -12,7 +12,7 @@ from max.graph import TensorType, TensorValue, ops
 
 from ...kernels.library import SHIPPED, custom
 from ..context import current
-from ..kit import arg_tensor, is_static, node_arg, same_sizes
+from ..kit import arg_tensor, fake_tensor, is_static, node_arg, same_sizes
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
 
@@ -76,8 +76,8 @@ SKINNY_MIN_WEIGHT = 1 << 18
 
 def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
     """At most 8 float32 rows times a weight of 2^18 elements or more, either layout, on the CPU, static sizes (decode steps; a Mojo kernel streams the weight once)."""
-    rows, _ = _operands(node)
-    weight = arg_tensor(node, 2 if node.target is aten.addmm.default else 1)
+    rows, weight_node = _operands(node)
+    weight = fake_tensor(weight_node)
     if rows.dtype != torch.float32 or weight.dtype != torch.float32:
         return "not float32"
     if rows.device.type != "cpu":
