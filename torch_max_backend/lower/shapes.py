@@ -7,9 +7,10 @@ from collections.abc import Sequence
 import sympy
 import torch
 from max.dtype import DType
-from max.graph import Dim, StaticDim, TensorValue, ops
+from max.graph import DeviceRef, Dim, StaticDim, TensorValue, ops
 
 from ..errors import MaxCompilerError
+from .index_origin import origin_start
 
 SizeLike = int | Dim
 
@@ -66,13 +67,35 @@ def positions(x: TensorValue, axis: int) -> TensorValue:
     size = x.shape[axis]
     n = static_size(size)
     if n is not None:
-        return ops.range(0, n, 1, out_dim=n, dtype=DType.int64, device=x.device)
+        start = origin_start()
+        if start is None:
+            return ops.range(0, n, 1, out_dim=n, dtype=DType.int64, device=x.device)
+        # From a runtime zero: MAX then computes it at every call instead of
+        # folding it at compile time (index_origin.py).
+        stop = ops.add(start, ops.constant(n, DType.int64, device=DeviceRef.CPU()))
+        step = ops.constant(1, DType.int64, device=DeviceRef.CPU())
+        return ops.range(
+            start, stop, step, out_dim=n, dtype=DType.int64, device=x.device
+        )
     stop = ops.cast(ops.shape_to_tensor([size]).reshape([]), DType.int64)
     start = ops.constant(0, DType.int64, device=x.device)
     step = ops.constant(1, DType.int64, device=x.device)
     return ops.range(
         start, stop, step, out_dim=size, dtype=DType.int64, device=x.device
     )
+
+
+def size_value(size: SizeLike, plus: int = 0) -> int | TensorValue:
+    """``size + plus``: a Python int when the size is static (MAX would fold
+    arithmetic on constants at compile time, compiling a kernel for it), else
+    an int64 scalar read from the shape at run time."""
+    n = static_size(size)
+    if n is not None:
+        return n + plus
+    value = ops.cast(ops.shape_to_tensor([size]).reshape([]), DType.int64)
+    if plus:
+        value = ops.add(value, ops.constant(plus, DType.int64, DeviceRef.CPU()))
+    return value
 
 
 def along(values: TensorValue, axis: int, rank: int) -> TensorValue:

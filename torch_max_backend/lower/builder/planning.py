@@ -121,7 +121,7 @@ def _buffered(mutated: list[torch.fx.Node]) -> list[torch.fx.Node]:
 class InputPlan:
     """The MAX inputs of one FX graph: their types and their sources."""
 
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, index_origin: bool = False) -> None:
         self.gm = gm
         self.device = graph_device(gm)
         self.device_ref: DeviceRef = to_device_ref(self.device)
@@ -131,6 +131,8 @@ class InputPlan:
         # Constant tensors (graph attributes, lifted scalars) fed as inputs.
         self.constants: list[torch.Tensor] = []
         self.seed_index: int | None = None
+        # The runtime zero that index ranges start at (lower/index_origin.py).
+        self.origin_index: int | None = None
         # FX node -> MAX input number, for tensor placeholders and constants.
         self.input_of: dict[torch.fx.Node, int] = {}
         # node -> (argument position or name, MAX input number, Python type) of
@@ -149,6 +151,11 @@ class InputPlan:
         # Nodes computed from literals alone, by PyTorch, here (folding).
         self.constant_subexpressions = ConstantSubexpressions(gm)
         self._plan()
+        if index_origin:
+            zero = torch.zeros((), dtype=torch.int64)
+            self.origin_index = self._add_constant(
+                zero, zero, "index origin", DeviceRef.CPU()
+            )
 
     def _add(
         self,
@@ -156,19 +163,25 @@ class InputPlan:
         meta: torch.Tensor,
         where: str,
         mutable: bool = False,
+        device_ref: DeviceRef | None = None,
     ) -> int:
         shape = [max_dim(s, where) for s in meta.shape]
         kind = BufferType if mutable else TensorType
-        self.types.append(kind(to_max_dtype(meta.dtype), shape, self.device_ref))
+        device = device_ref or self.device_ref
+        self.types.append(kind(to_max_dtype(meta.dtype), shape, device))
         self.sources.append(source)
         return len(self.sources) - 1
 
     def _add_constant(
-        self, tensor: torch.Tensor, meta: torch.Tensor, where: str
+        self,
+        tensor: torch.Tensor,
+        meta: torch.Tensor,
+        where: str,
+        device_ref: DeviceRef | None = None,
     ) -> int:
         self.constants.append(tensor)
         source = InputSource(InputKind.CONSTANT, len(self.constants) - 1)
-        return self._add(source, meta, where)
+        return self._add(source, meta, where, device_ref=device_ref)
 
     def _plan(self) -> None:
         for i, node in enumerate(self.placeholders):

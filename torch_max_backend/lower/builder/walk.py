@@ -5,7 +5,8 @@ Placeholders read their planned MAX inputs, lifted scalars reach lowerings as
 tensor, and AOTAutograd's copies into mutated inputs become MAX buffer stores
 (of one slot only where a KV cache gets one new position: slot_writes), or,
 past MAX_BUFFERS mutated inputs, outputs the runtime copies back (planning);
-attention reads K and V before transformers' repeat_kv copies them (repeated_kv).
+attention reads K and V before transformers' repeat_kv copies them (repeated_kv);
+index ranges start at the graph's runtime zero where it has one (index_origin).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ...dtypes import to_max_dtype
 from ...errors import LoweringError, MaxCompilerError, UnsupportedOpsError
 from ...plan import GraphPlan
 from ..context import lowering_node
+from ..index_origin import IndexOrigin, building_with
 from ..layout import ChannelsLastTwins, is_pointwise
 from ..scalars import ScalarArg
 from ..shapes import static_size
@@ -89,6 +91,10 @@ class NodeWalk:
         self.written_in_place = {w.target for w in self.slot_writes.values()}
         self.done_write_backs = {w.write_back: n for n, w in self.slot_writes.items()}
         self.repeated_kv = find_repeated_kv(gm)
+        origin = inputs.origin_index
+        self.origin = IndexOrigin(
+            None if origin is None else self.graph.inputs[origin].tensor
+        )
 
     def _input(self, index: int) -> Any:
         return self.graph.inputs[index]
@@ -205,7 +211,7 @@ class NodeWalk:
     def run(self) -> BuiltGraph:
         plan = self.inputs
         outputs = OutputPlan(plan.placeholders, plan.symbols)
-        with self.graph:
+        with self.graph, building_with(self.origin):
             for node in plan.placeholders:
                 self.values[node] = self._placeholder_value(node)
             if plan.seed_index is not None:

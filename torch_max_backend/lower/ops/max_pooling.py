@@ -63,7 +63,9 @@ def max_pool_nd(
     # [*lead, kernel, outputs]; padding slots read position 0, masked below.
     windows = ops.gather(flat, constant(np.maximum(table, 0), DType.int64), len(lead))
     positions = constant(table, DType.int64)
-    valid = ops.greater_equal(positions, constant(np.array(0, np.int64), DType.int64))
+    # Computed here: a comparison of two constants is left to MAX to fold at
+    # compile time, which costs it a kernel compile.
+    valid = constant(table >= 0, DType.bool)
     lowest = ops.constant(_lowest(x.dtype), x.dtype, current().device)
     masked = ops.where(valid, windows, lowest)
     best = ops.max(masked, axis=-2)

@@ -17,7 +17,8 @@ from max.graph import TensorValue, ops
 from ..context import current
 from ..kit import arg_tensor, empty_input, is_static, node_arg
 from ..registry import lowering
-from ..shapes import SizeLike, normalize_dim, positions, static_size
+from ..scalars import as_tensor
+from ..shapes import SizeLike, normalize_dim, positions, size_value, static_size
 
 aten = torch.ops.aten
 
@@ -30,8 +31,7 @@ def flip(self: TensorValue, dims: Sequence[int]) -> TensorValue:
         if self.rank == 0:
             break
         pos = positions(x, d)
-        last = ops.cast(ops.shape_to_tensor([x.shape[d]]).reshape([]), DType.int64)
-        reverse = ops.sub(ops.sub(last, ops.constant(1, DType.int64, x.device)), pos)
+        reverse = ops.sub(as_tensor(size_value(x.shape[d], -1), DType.int64), pos)
         x = ops.gather(x, reverse, axis=d)
     return x
 

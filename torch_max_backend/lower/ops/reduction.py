@@ -13,7 +13,7 @@ from max.graph.ops.reduction import min as reduce_min
 
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype
-from ..shapes import normalize_dim, normalize_dims, numel
+from ..shapes import normalize_dim, normalize_dims, numel, size_value
 
 aten = torch.ops.aten
 
@@ -126,22 +126,35 @@ def var(
     mean = _reduce(x, axes, True, ops.mean)
     centered = ops.sub(x, mean)
     total = _reduce(ops.mul(centered, centered), axes, keepdim, ops.sum)
-    count = ops.cast(ops.shape_to_tensor([numel(x, axes)]).reshape([]), x.dtype)
+    count = size_value(numel(x, axes))
     if correction is None:
         correction = 1
+    if isinstance(count, int) and not isinstance(correction, ScalarArg):
+        # Both known here: computed in Python, since MAX would fold arithmetic
+        # on constants at compile time (a kernel compile).
+        dof = count - correction
+        return (
+            ops.div(total, as_tensor(dof, x.dtype)) if dof > 0 else _nan_or_inf(total)
+        )
+    count = as_tensor(count, x.dtype)
     if isinstance(correction, ScalarArg) or correction != 0:
         count = ops.sub(count, as_tensor(correction, x.dtype))
-        # No degrees of freedom left (one element, correction 1): torch divides
-        # by zero, giving nan (or inf for a non-zero sum); MAX's division
-        # gives 0 there, so the IEEE result is chosen explicitly.
         zero = as_tensor(0, x.dtype)
-        undefined = ops.where(
-            ops.equal(total, zero),
-            as_tensor(math.nan, x.dtype),
-            as_tensor(math.inf, x.dtype),
+        return ops.where(
+            ops.greater(count, zero), ops.div(total, count), _nan_or_inf(total)
         )
-        return ops.where(ops.greater(count, zero), ops.div(total, count), undefined)
     return ops.div(total, count)
+
+
+def _nan_or_inf(total: TensorValue) -> TensorValue:
+    """A variance with no degrees of freedom left (one element, correction 1):
+    torch divides by zero, giving nan (or inf for a non-zero sum); MAX's
+    division gives 0 there, so the IEEE result is chosen explicitly."""
+    return ops.where(
+        ops.equal(total, as_tensor(0, total.dtype)),
+        as_tensor(math.nan, total.dtype),
+        as_tensor(math.inf, total.dtype),
+    )
 
 
 @lowering(aten.cumsum.default)

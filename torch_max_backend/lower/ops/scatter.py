@@ -15,6 +15,7 @@ from max.graph import TensorValue, ops
 
 from ...dtypes import to_torch_dtype
 from ..context import current
+from ..index_origin import runtime_int
 from ..kit import arg_tensor, empty_input, fake_tensor, node_arg
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
@@ -23,6 +24,7 @@ from ..shapes import (
     broadcast_shape,
     normalize_dim,
     positions,
+    size_value,
     static_size,
 )
 
@@ -161,13 +163,8 @@ def select_scatter(
     """select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor"""
     axis = normalize_dim(dim, self.rank)
     pos = positions(self, axis)
-    if index < 0:
-        size = ops.cast(
-            ops.shape_to_tensor([self.shape[axis]]).reshape([]), DType.int64
-        )
-        target = ops.add(size, as_tensor(index, DType.int64))
-    else:
-        target = as_tensor(index, DType.int64)
+    target = size_value(self.shape[axis], index) if index < 0 else index
+    target = as_tensor(target, DType.int64)
     hit = along(ops.equal(pos, target), axis, self.rank)
     update = ops.unsqueeze(as_tensor(src, self.dtype), axis)
     return ops.where(hit, update, self)
@@ -212,7 +209,9 @@ def slice_scatter(
     first, stop = _slice_bounds(static_size(self.shape[axis]), start, end)
     pos = positions(self, axis)
     offset = ops.sub(pos, as_tensor(first, DType.int64))
-    step_t = as_tensor(step, DType.int64)
+    # Read at run time: MAX's integer division tests its divisor's sign,
+    # which on a constant it would fold at compile time (a kernel compile).
+    step_t = runtime_int(step, self.device)
     inside = ops.logical_and(
         ops.greater_equal(offset, as_tensor(0, DType.int64)),
         ops.greater(as_tensor(stop, DType.int64), pos),
@@ -221,11 +220,10 @@ def slice_scatter(
         on_step = ops.equal(ops.mod(offset, step_t), as_tensor(0, DType.int64))
         inside = ops.logical_and(inside, on_step)
     # Where each position of self reads src from (clamped where unused).
-    source = ops.floor_div(offset, step_t)
-    last = ops.cast(ops.shape_to_tensor([src.shape[axis]]).reshape([]), DType.int64)
+    source = offset if step == 1 else ops.floor_div(offset, step_t)
     source = ops.min(
         ops.max(source, as_tensor(0, DType.int64)),
-        ops.sub(last, as_tensor(1, DType.int64)),
+        as_tensor(size_value(src.shape[axis], -1), DType.int64),
     )
     picked = ops.gather(as_tensor(src, self.dtype), source, axis=axis)
     return ops.where(along(inside, axis, self.rank), picked, self)

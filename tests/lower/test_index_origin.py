@@ -1,0 +1,140 @@
+"""Index ranges over static sizes start at a runtime zero (an input), so MAX
+computes them and the index arithmetic built on them at every call (in
+microseconds) instead of folding them at compile time (its ConstantFold pass
+JIT-compiles kernels of their own, tens of seconds a graph)."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+from torch_max_backend import max_backend
+from torch_max_backend.lower.builder import build_graph
+from torch_max_backend.lower.builder.planning import InputPlan
+from torch_max_backend.lower.families import register_families
+from torch_max_backend.lower.registry import decomposition_table
+
+
+def _index_arithmetic(
+    x: torch.Tensor,
+    index: torch.Tensor,
+    image: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+) -> torch.Tensor:
+    # Each lowered over positions along a dim or static sizes: gather and
+    # nll_loss, flip, var; their gradients slice_scatter (steps 1 and 2),
+    # select_scatter (a negative index) and max pooling's indices; causal
+    # attention with fewer queries than keys (torch aligns it top-left).
+    loss = torch.nn.functional.cross_entropy(x, index[:, 0])
+    loss = loss + x.gather(1, index).sum() + x.flip(1)[:, :3].sum()
+    loss = loss + (x[:, 1:5] * 2).sum() + x[:, ::2].sum() + x[:, -1].sum()
+    loss = loss + x.var(1).sum() + torch.nn.functional.max_pool2d(image, 2).sum()
+    attention = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )
+    return loss + (attention * attention).sum()
+
+
+def _inputs() -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [
+        torch.randn(6, 8, requires_grad=True),
+        torch.randint(0, 8, (6, 2)),
+        torch.randn(1, 2, 6, 6, requires_grad=True),
+        torch.randn(1, 4, 3, 8, requires_grad=True),
+        torch.randn(1, 2, 7, 8, requires_grad=True),
+        torch.randn(1, 2, 7, 8, requires_grad=True),
+    ]
+
+
+def _training_graphs(fn, *inputs: torch.Tensor) -> list[torch.fx.GraphModule]:
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm)
+        return gm
+
+    register_families()
+    backend = aot_autograd(
+        fw_compiler=keep, bw_compiler=keep, decompositions=decomposition_table()
+    )
+    torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(
+        *inputs
+    ).backward()
+    return graphs
+
+
+# Ops MAX applies to constants without compiling a kernel (read from its
+# ConstantFold's kernel listing, max-debug.ir-output-dir): views and splats.
+_KEPT_AS_CONSTANTS = frozenset(
+    {"rmo.shape_to_tensor", "rmo.reshape", "rmo.broadcast_to", "rmo.concat"}
+)
+
+
+def foldable_ops(text: str) -> list[str]:
+    """The ops of a MAX graph's text whose operands are all constants (or
+    static sizes, or results of such ops) and that MAX's ConstantFold would
+    compile a kernel for."""
+    constant: set[str] = set()
+    found = []
+    for line in text.splitlines():
+        m = re.match(r"\s*(%\w+) = ([\w.]+)\(([^)]*)\)", line)
+        if m is None:
+            m = re.match(r"\s*(%\w+) = (mo\.constant)", line)
+            if m is not None:
+                constant.add(m.group(1))
+            continue
+        result, op, operands = m.groups()
+        names = re.findall(r"%\w+", operands)
+        static_size = op == "rmo.shape_to_tensor" and not names
+        if static_size or (names and all(n in constant for n in names)):
+            constant.add(result)
+            if op not in _KEPT_AS_CONSTANTS:
+                found.append(op)
+    return found
+
+
+def _extra_inputs(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
+    """The inputs the built graph has beyond those planned without an origin."""
+    built = build_graph(gm)
+    planned = len(InputPlan(gm).sources)
+    return [built.constants[s.index] for s in built.plan.inputs[planned:]]
+
+
+def test_index_arithmetic_leaves_max_nothing_to_fold():
+    forward, backward = _training_graphs(_index_arithmetic, *_inputs())
+    for gm in (forward, backward):
+        text = str(build_graph(gm).graph)
+        assert "mo.range" in text
+        assert foldable_ops(text) == [], gm.graph
+
+
+def test_only_a_graph_with_ranges_gets_the_origin_input():
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sum()
+
+    forward = _training_graphs(fn, torch.randn(4, requires_grad=True))[0]
+    assert _extra_inputs(forward) == []
+    backward = _training_graphs(_index_arithmetic, *_inputs())[1]
+    (origin,) = _extra_inputs(backward)
+    assert origin.dtype == torch.int64 and origin.device.type == "cpu"
+    assert origin.dim() == 0 and origin.item() == 0
+
+
+def test_ranges_from_the_origin_give_eager_s_values_and_gradients(max_calls):
+    inputs = _inputs()
+    leaves = [t for t in inputs if t.requires_grad]
+    compiled = torch.compile(
+        _index_arithmetic, backend=max_backend, options={"strict": True}
+    )
+    got = compiled(*inputs)
+    got_grads = torch.autograd.grad(got, leaves)
+    want = _index_arithmetic(*inputs)
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, torch.autograd.grad(want, leaves), strict=True):
+        torch.testing.assert_close(g, w)
+    assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
