@@ -3,12 +3,14 @@
 A range over a static size (``shapes.positions``) has only constants for
 operands, so MAX evaluates it, and all the index arithmetic computed from it
 alone (slice_scatter's and gather's index tensors, a causal comparison), at
-compile time: its ConstantFold pass JIT-compiles kernels of their own, 25-35 s
-on top of a graph's compile on a 2-core AMD EPYC (max 26.7), for tensors that
-cost microseconds at run time. A range that starts at a graph input holding 0
+compile time: its ConstantFold pass JIT-compiles kernels of their own, 19-34 s
+of a 2-layer llama training step's compile on a 2-core AMD EPYC (max 26.7),
+for tensors that cost microseconds at run time. A range that starts at a graph input holding 0
 is computed at every call instead. Whether a graph needs that input is known
 only once its lowerings have run: the first build records the wish and the
-builder builds the graph again with the input (builder/__init__.py).
+builder builds the graph again with the input (builder/__init__.py), on the
+CPU only: MAX's ranges take their scalars on the host, and an exported
+package places every input on its one device.
 """
 
 from __future__ import annotations

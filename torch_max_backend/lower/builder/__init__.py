@@ -47,7 +47,6 @@ def build_graph(gm: torch.fx.GraphModule) -> BuiltGraph:
     if walk.origin.wanted and plan.device.type == "cpu":
         # Some lowering built index ranges from constants alone, which MAX
         # would evaluate at compile time: built again, they start at a
-        # runtime zero (lower/index_origin.py). On a GPU the ranges' scalars
-        # must live on the host, which an exported package cannot say yet.
+        # runtime zero (lower/index_origin.py; CPU graphs only, see there).
         built = NodeWalk(gm, InputPlan(gm, index_origin=True)).run()
     return built
