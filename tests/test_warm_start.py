@@ -69,6 +69,21 @@ def test_a_graph_compiled_before_runs_without_a_build(max_calls, empty_table):
     assert max_calls.count == 2
 
 
+def _flipped(x: torch.Tensor) -> torch.Tensor:
+    # flip gathers along index ranges: the graph has an index origin input.
+    return torch.flip(x, [1]) * 2
+
+
+def test_a_graph_with_an_index_origin_starts_warm(max_calls):
+    x = torch.randn(3, 5)
+    _run(_flipped, x)
+    reset_compile_stats()
+    torch.testing.assert_close(_run(_flipped, x), _flipped(x))
+    stats = compile_stats()
+    assert stats.graphs_built == 0 and stats.warm_starts == 1
+    assert max_calls.count == 2
+
+
 def _times(values: list[float]):
     constant = torch.tensor(values)
 

@@ -61,7 +61,7 @@ def start_warm(
     if saved is None or needs_torch(gm, Placement(settings)):
         return None  # never compiled whole, or split now (torch_executed_ops)
     with unset_fake_temporarily():  # constants are real tensors
-        inputs = InputPlan(gm)
+        inputs = InputPlan(gm, index_origin=saved.get("index_origin") is True)
     try:
         plan = plan_from_data(saved["plan"])
         key = saved["graph_key"]
@@ -109,6 +109,7 @@ def remember(fingerprint: str, built: BuiltGraph, record: CompileRecord) -> None
         path,
         {
             "plan": plan_to_data(built.plan),
+            "index_origin": built.index_origin,
             "graph_key": record.key[0],
             "artifact": artifact.name,
             "kernel_libraries": [

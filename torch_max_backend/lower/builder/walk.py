@@ -43,6 +43,8 @@ class BuiltGraph:
     graph: Graph
     plan: GraphPlan
     constants: list[torch.Tensor]
+    # Whether its inputs end with an index origin (lower/index_origin.py).
+    index_origin: bool = False
 
     @property
     def device(self) -> torch.device:
@@ -256,4 +258,5 @@ class NodeWalk:
                 written_back=tuple(outputs.written_back),
             ),
             constants=plan.constants,
+            index_origin=plan.origin_index is not None,
         )
