@@ -7,31 +7,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._dynamo.backends.common import aot_autograd
 
 from torch_max_backend import max_backend
 from torch_max_backend.lower.builder import build_graph
 from torch_max_backend.lower.builder.folding import MAX_FOLDED_BYTES
 from torch_max_backend.lower.builder.planning import InputPlan
-from torch_max_backend.lower.families import register_families
-from torch_max_backend.lower.registry import decomposition_table
 from torch_max_backend.plan import InputKind
 
+from .aten_graphs import aten_graphs
+
 aten = torch.ops.aten
-
-
-def _aten_graph(fn, *inputs: torch.Tensor) -> torch.fx.GraphModule:
-    graphs = []
-
-    def keep(gm, _):
-        graphs.append(gm)
-        return gm
-
-    register_families()
-    backend = aot_autograd(fw_compiler=keep, decompositions=decomposition_table())
-    with torch.no_grad():
-        torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*inputs)
-    return graphs[0]
 
 
 def _causal_softmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,7 +33,7 @@ def _constants(plan: InputPlan) -> list[torch.Tensor]:
 
 
 def test_a_mask_built_from_arange_is_computed_at_planning():
-    gm = _aten_graph(_causal_softmax, torch.randn(16, 16))
+    gm = aten_graphs(_causal_softmax, torch.randn(16, 16))[0]
     plan = InputPlan(gm)
     folded = plan.constant_subexpressions.folded
     assert {n.target for n in folded} >= {
@@ -76,7 +61,7 @@ def test_random_ops_and_huge_values_stay_in_the_graph():
         big = torch.arange(huge, dtype=torch.float32).sum()
         return x + noise + big
 
-    plan = InputPlan(_aten_graph(fn, torch.randn(4)))
+    plan = InputPlan(aten_graphs(fn, torch.randn(4))[0])
     targets = {n.target for n in plan.constant_subexpressions.folded}
     assert aten.rand.default not in targets
     assert aten.arange.default not in targets
@@ -87,7 +72,7 @@ def test_a_lone_fill_stays_a_splat_for_max():
     def fn(x: torch.Tensor) -> torch.Tensor:
         return torch.maximum(x, torch.zeros(4))
 
-    plan = InputPlan(_aten_graph(fn, torch.randn(4)))
+    plan = InputPlan(aten_graphs(fn, torch.randn(4))[0])
     assert not plan.constant_subexpressions.folded
     # Only the fill value, a lifted scalar, is an input; no [4] tensor.
     assert [t.shape for t in _constants(plan)] == [torch.Size([])]

@@ -8,13 +8,12 @@ from __future__ import annotations
 import re
 
 import torch
-from torch._dynamo.backends.common import aot_autograd
 
 from torch_max_backend import max_backend
 from torch_max_backend.lower.builder import build_graph
 from torch_max_backend.lower.builder.planning import InputPlan
-from torch_max_backend.lower.families import register_families
-from torch_max_backend.lower.registry import decomposition_table
+
+from .aten_graphs import aten_graphs
 
 
 def _index_arithmetic(
@@ -49,23 +48,6 @@ def _inputs() -> list[torch.Tensor]:
         torch.randn(1, 2, 7, 8, requires_grad=True),
         torch.randn(1, 2, 7, 8, requires_grad=True),
     ]
-
-
-def _training_graphs(fn, *inputs: torch.Tensor) -> list[torch.fx.GraphModule]:
-    graphs = []
-
-    def keep(gm, _):
-        graphs.append(gm)
-        return gm
-
-    register_families()
-    backend = aot_autograd(
-        fw_compiler=keep, bw_compiler=keep, decompositions=decomposition_table()
-    )
-    torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(
-        *inputs
-    ).backward()
-    return graphs
 
 
 # Ops MAX applies to constants without compiling a kernel (read from its
@@ -106,7 +88,7 @@ def _extra_inputs(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
 
 
 def test_index_arithmetic_leaves_max_nothing_to_fold():
-    forward, backward = _training_graphs(_index_arithmetic, *_inputs())
+    forward, backward = aten_graphs(_index_arithmetic, *_inputs(), train=True)
     for gm in (forward, backward):
         text = str(build_graph(gm).graph)
         assert "mo.range" in text
@@ -117,9 +99,9 @@ def test_only_a_graph_with_ranges_gets_the_origin_input():
     def fn(x: torch.Tensor) -> torch.Tensor:
         return (x * 2).sum()
 
-    forward = _training_graphs(fn, torch.randn(4, requires_grad=True))[0]
+    forward = aten_graphs(fn, torch.randn(4, requires_grad=True), train=True)[0]
     assert _extra_inputs(forward) == []
-    backward = _training_graphs(_index_arithmetic, *_inputs())[1]
+    backward = aten_graphs(_index_arithmetic, *_inputs(), train=True)[1]
     (origin,) = _extra_inputs(backward)
     assert origin.dtype == torch.int64 and origin.device.type == "cpu"
     assert origin.dim() == 0 and origin.item() == 0

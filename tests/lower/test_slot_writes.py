@@ -11,14 +11,13 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._dynamo.backends.common import aot_autograd
 
 from torch_max_backend import max_backend
 from torch_max_backend.lower.builder.planning import InputPlan
 from torch_max_backend.lower.builder.repeated_kv import find_repeated_kv, unrepeated
 from torch_max_backend.lower.builder.slot_writes import find_slot_writes
-from torch_max_backend.lower.families import register_families
-from torch_max_backend.lower.registry import decomposition_table
+
+from .aten_graphs import aten_graphs
 
 CAPACITY = 24
 
@@ -58,21 +57,9 @@ def _step(t: int, tokens: int = 1) -> tuple[torch.Tensor, ...]:
 
 
 def _aten_graph(module: torch.nn.Module, tokens: int) -> torch.fx.GraphModule:
-    graphs = []
-
-    def keep(gm, _):
-        graphs.append(gm)
-        return gm
-
-    register_families()
-    backend = aot_autograd(
-        fw_compiler=keep,
-        keep_inference_input_mutations=True,
-        decompositions=decomposition_table(),
-    )
-    with torch.no_grad():
-        torch.compile(module, backend=backend, fullgraph=True)(*_step(0, tokens))
-    return graphs[0]
+    return aten_graphs(module, *_step(0, tokens), keep_inference_input_mutations=True)[
+        0
+    ]
 
 
 @pytest.mark.parametrize(
