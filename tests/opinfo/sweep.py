@@ -20,6 +20,7 @@ from unittest import mock
 import torch
 import torch.testing._internal.common_utils as common_utils
 import torch.testing._internal.opinfo.core as opinfo_core
+from graph_text import foldable_ops
 from torch._decomp import core_aten_decompositions
 from torch._functorch.aot_autograd import aot_function
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -91,6 +92,8 @@ class Case:
     # The ATen ops of the graphs our build saw (with our decompositions).
     built_ops: set[str] = field(default_factory=set)
     problem: str | None = None  # why the case cannot be compiled, if it can't
+    # Ops of its MAX graphs that MAX would evaluate at compile time.
+    foldable: list[str] = field(default_factory=list)
 
 
 def _tensor_outputs(value: Any) -> tuple[torch.Tensor, ...]:
@@ -247,7 +250,7 @@ def build_problem(case: Case) -> str | None:
 
     def check(gm: torch.fx.GraphModule) -> None:
         case.built_ops |= ops_of([gm])
-        build_graph(gm)
+        case.foldable += foldable_ops(str(build_graph(gm).graph))
 
     for i, sample in enumerate(case.samples):
         try:

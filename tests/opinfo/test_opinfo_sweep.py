@@ -19,6 +19,7 @@ import torch_max_backend.backend as backend_module
 from torch_max_backend.lower.registry import decomposition_table
 
 from .expected import (
+    CONSTANT_FOLDS,
     DEFAULT_TOLERANCE,
     EXPECTED_FAILURES,
     NOT_COMPILED,
@@ -79,6 +80,18 @@ def test_expected_failure_table_is_current():
     )
     now_pass = sorted(n for n in EXPECTED_FAILURES if problems[n] is None)
     assert not now_pass, f"listed as failing but build fine (remove them): {now_pass}"
+
+
+def test_no_case_leaves_max_constants_to_fold():
+    build_results()  # fills each case's foldable ops
+    folding = {c.name: sorted(set(c.foldable)) for c in core_cases() if c.foldable}
+    unexpected = {n: ops for n, ops in folding.items() if n not in CONSTANT_FOLDS}
+    assert not unexpected, (
+        "MAX graphs with constant arithmetic MAX folds at compile time (do it in "
+        f"Python, or start ranges at index_origin's zero): {unexpected}"
+    )
+    stale = sorted(set(CONSTANT_FOLDS) - set(folding))
+    assert not stale, f"listed in CONSTANT_FOLDS but fold nothing now: {stale}"
 
 
 def test_pass_rate_of_core_cases():
