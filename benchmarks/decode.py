@@ -63,6 +63,24 @@ def build(name: str) -> Any:
     return transformers.LlamaForCausalLM(config)
 
 
+def generate_exactly(
+    model: Any, ids: Any, new: int, capacity: int, config: Any = None
+) -> Any:
+    """``new`` greedy tokens after ``ids``, always that many: the model's end
+    of sequence is switched off (its weights are random) rather than forced
+    away with ``min_new_tokens``, whose two logits processors mask the whole
+    vocabulary at every step, in PyTorch, whatever the backend."""
+    model.generation_config.eos_token_id = None
+    return model.generate(
+        ids,
+        max_new_tokens=new,
+        do_sample=False,
+        cache_implementation="static",
+        max_cache_len=capacity,
+        compile_config=config,
+    )
+
+
 def _bytes_per_step(model: Any, batch: int, cache_tokens: float) -> float:
     """Weights read once (shared storage once) plus the K and V attended."""
     seen, weights = set(), 0
@@ -97,15 +115,7 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
         ids = torch.randint(0, model.config.vocab_size, (batch, args.prompt))
 
         def generate(new: int, ids: torch.Tensor = ids) -> torch.Tensor:
-            return model.generate(
-                ids,
-                max_new_tokens=new,
-                min_new_tokens=new,
-                do_sample=False,
-                cache_implementation="static",
-                max_cache_len=capacity,
-                compile_config=config,
-            )
+            return generate_exactly(model, ids, new, capacity, config)
 
         def seconds(new: int) -> float:
             times = []

@@ -6,6 +6,7 @@ docs section. Cheap: nothing compiles; the figures come from running
 from __future__ import annotations
 
 import pytest
+import torch
 
 transformers = pytest.importorskip("transformers")
 
@@ -20,6 +21,24 @@ def test_a_tied_weight_is_read_once_and_the_cache_per_token_attended():
     kv = 2 * 2 * 4 * 16 * 4  # K and V, layers, heads, head width, float32
     assert decode._bytes_per_step(model, 1, 10) == weights + 10 * kv
     assert decode._bytes_per_step(model, 8, 10) == weights + 80 * kv
+
+
+def test_generate_exactly_gives_every_token_with_no_logits_processor(monkeypatch):
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    processors = []
+    original = model._get_logits_processor
+
+    def spy(*args, **kwargs):
+        processors.append(original(*args, **kwargs))
+        return processors[-1]
+
+    monkeypatch.setattr(model, "_get_logits_processor", spy)
+    ids = torch.randint(0, 50, (2, 4))
+    with torch.no_grad():
+        out = decode.generate_exactly(model, ids, 6, capacity=11)
+    assert out.shape == (2, 10)
+    assert [len(p) for p in processors] == [0]
 
 
 def _figures(tokens_per_s: float, tokens: list) -> dict:
