@@ -20,8 +20,10 @@ def test_architecture_passes_inference_and_a_training_step_on_max(name, max_call
         assert outcome["status"] == "pass", outcome
         assert outcome["fallback_ops"] == {}
         assert outcome["max_diff"] < 1e-3
-        # Near 0 when MAX's cache already holds the graphs.
-        assert 0 <= outcome["compile_s"] <= outcome["first_call_s"]
+        # Summed over the phase's graphs, whose compiles overlap (worker
+        # processes, a forward and backward compiled together), each within
+        # the first call; near 0 when MAX's cache already holds the graphs.
+        assert 0 <= outcome["compile_s"] <= outcome["graphs"] * outcome["first_call_s"]
     # One inference graph; forward, backward and the AdamW step.
     assert max_calls.of("inference") >= 2 and max_calls.of("backward") == 1
     assert hf_models._verdict(result) == "pass"
