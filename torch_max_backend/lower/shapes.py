@@ -10,7 +10,7 @@ from max.dtype import DType
 from max.graph import DeviceRef, Dim, StaticDim, TensorValue, ops
 
 from ..errors import MaxCompilerError
-from .index_origin import origin_start
+from .index_origin import origin_start, runtime_int
 
 SizeLike = int | Dim
 
@@ -72,7 +72,7 @@ def positions(x: TensorValue, axis: int) -> TensorValue:
             return ops.range(0, n, 1, out_dim=n, dtype=DType.int64, device=x.device)
         # From a runtime zero: MAX then computes it at every call instead of
         # folding it at compile time (index_origin.py).
-        stop = ops.add(start, ops.constant(n, DType.int64, device=DeviceRef.CPU()))
+        stop = runtime_int(n, DeviceRef.CPU())
         step = ops.constant(1, DType.int64, device=DeviceRef.CPU())
         return ops.range(
             start, stop, step, out_dim=n, dtype=DType.int64, device=x.device
