@@ -108,11 +108,18 @@ def _scores(
 
 
 def _logsumexp(s: TensorValue) -> TensorValue:
+    """Each row's log-sum-exp; 0 for a row whose keys are all masked, as
+    torch's CPU kernel gives, so that its probabilities exp(-inf - 0) are
+    zeros (a zero output and zero gradients) rather than exp(-inf + inf)."""
     peak = reduce_max(s, -1)
-    # A fully masked row has peak -inf: shift by 0 there to avoid inf - inf.
-    finite = ops.where(ops.is_inf(peak), as_tensor(0.0, DType.float32), peak)
+    zero = as_tensor(0.0, DType.float32)
+    finite = ops.where(ops.is_inf(peak), zero, peak)
     total = ops.sum(ops.exp(ops.sub(s, finite)), -1)
-    return ops.squeeze(ops.add(ops.log(total), finite), -1)
+    # A row with a key has a total of at least exp(0); a row without one, 0.
+    # Told by the total, not by the peak: testing the peak for -inf left such
+    # rows NaN (tests/lower/ops/test_attention_masked_rows.py).
+    lse = ops.where(ops.greater(total, zero), ops.add(ops.log(total), finite), zero)
+    return ops.squeeze(lse, -1)
 
 
 def _forward(
