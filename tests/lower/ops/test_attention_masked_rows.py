@@ -4,6 +4,7 @@ row through the next layer's keys and values."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -43,3 +44,28 @@ def test_a_fully_masked_row_gives_zeros_and_zero_gradients_as_in_eager(max_calls
     for name, g, w in zip("qkv", got_grads, want_grads, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=f"grad of {name}")
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+
+
+def test_a_left_padded_batch_through_a_llama_matches_eager(max_calls):
+    # transformers hands SDPA fully masked rows for the padded positions.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 256, (2, 6))
+    attention_mask = torch.ones(2, 6, dtype=torch.long)
+    attention_mask[0, :3] = 0  # the first sequence is three tokens shorter
+    compiled = torch.compile(model, backend=max_backend, options={"strict": True})
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=attention_mask).logits
+        got = compiled(input_ids=ids, attention_mask=attention_mask).logits
+    assert want.isfinite().all()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert max_calls.of("inference") >= 1
