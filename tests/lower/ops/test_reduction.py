@@ -45,3 +45,32 @@ OUTSIDE_OPINFO = (
 
 def test_reduction_lowerings_build_for_every_opinfo_case():
     check_family("reduction", OUTSIDE_OPINFO)
+
+
+def test_extremes_of_infinities_and_nans_as_in_eager(max_calls):
+    # MAX's max and min reductions start from the lowest (highest) finite
+    # value and skip NaNs; torch's give -inf (inf) over infinities alone and
+    # NaN over a row holding one, whose index is the first NaN's.
+    def fn(x):
+        return (
+            x.amax(-1),
+            x.amin(-1),
+            x.max(-1),
+            x.min(-1),
+            x.amax(),
+            x.argmax(-1),
+            x.argmin(-1),
+            x.argmax(),
+            torch.linalg.vector_norm(x, float("inf"), -1),
+            torch.linalg.vector_norm(x, float("-inf"), -1),
+        )
+
+    lowest = torch.finfo(torch.float32).min
+    x = torch.randn(6, 5)
+    x[0] = float("-inf")
+    x[1] = float("inf")
+    x[2, 3] = float("nan")
+    x[3] = torch.tensor([lowest, float("-inf"), lowest, float("-inf"), lowest])
+    x[4, 1] = float("-inf")
+    check_against_eager(fn, x)
+    assert max_calls.count == 1

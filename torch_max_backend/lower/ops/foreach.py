@@ -14,12 +14,11 @@ from typing import Any
 
 import torch
 from max.graph import TensorValue, ops
-from max.graph.ops.reduction import max as reduce_max
 
 from ..context import list_element
 from ..registry import MAPPING_TORCH_ATEN_TO_MAX, lowering
 from ..scalars import Operand, as_tensor, out_max_dtype
-from .reduction import linalg_vector_norm, power_sum
+from .reduction import linalg_vector_norm, power_sum, torch_max
 
 aten = torch.ops.aten
 
@@ -213,7 +212,7 @@ def foreach_powsum(
 def foreach_max(self: Sequence[TensorValue]) -> list[TensorValue]:
     """_foreach_max(Tensor[] self) -> Tensor[]"""
     return _each(
-        len(self), lambda i: reduce_max(ops.reshape(self[i], [-1]), 0).reshape([])
+        len(self), lambda i: torch_max(ops.reshape(self[i], [-1]), 0).reshape([])
     )
 
 

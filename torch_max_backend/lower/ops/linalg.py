@@ -15,6 +15,7 @@ from ..context import current
 from ..kit import arg_tensor, fake_tensor, is_static, node_arg, same_sizes
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
+from .reduction import torch_max
 
 aten = torch.ops.aten
 
@@ -192,7 +193,7 @@ def _p_norm(diff: TensorValue, p: float, axis: int) -> TensorValue:
         nonzero = ops.cast(ops.not_equal(a, as_tensor(0, a.dtype)), a.dtype)
         return ops.squeeze(ops.sum(nonzero, axis=axis), axis)
     if p == math.inf:
-        return ops.squeeze(ops.max(a, axis=axis), axis)
+        return ops.squeeze(torch_max(a, axis), axis)
     if p == 1:
         return ops.squeeze(ops.sum(a, axis=axis), axis)
     if p == 2:

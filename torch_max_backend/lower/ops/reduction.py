@@ -35,6 +35,40 @@ def _reduce(
     return x
 
 
+def _extreme(x: TensorValue, axis: int, largest: bool) -> TensorValue:
+    """torch's max (``largest``) or min of ``x`` along ``axis``, kept.
+
+    MAX's reductions start from the lowest (highest) finite value and skip
+    NaNs: over infinities alone they give that finite value, and over values
+    holding a NaN the extreme of the others, where torch gives the infinity
+    and NaN.
+    """
+    best = (reduce_max if largest else reduce_min)(x, axis)
+    if not x.dtype.is_float():
+        return best
+    far = as_tensor(-math.inf if largest else math.inf, x.dtype)
+    # 2 where a NaN is held, 0 where only the far infinity is, 1 otherwise.
+    code = ops.where(
+        ops.is_nan(x),
+        as_tensor(2, DType.int32),
+        ops.cast(ops.not_equal(x, far), DType.int32),
+    )
+    kind = reduce_max(code, axis)
+    best = ops.where(ops.equal(kind, as_tensor(0, DType.int32)), far, best)
+    nan = as_tensor(math.nan, x.dtype)
+    return ops.where(ops.equal(kind, as_tensor(2, DType.int32)), nan, best)
+
+
+def torch_max(x: TensorValue, axis: int) -> TensorValue:
+    """torch's max along ``axis``, kept: -inf over -inf alone, NaN over a NaN."""
+    return _extreme(x, axis, largest=True)
+
+
+def torch_min(x: TensorValue, axis: int) -> TensorValue:
+    """torch's min along ``axis``, kept: inf over inf alone, NaN over a NaN."""
+    return _extreme(x, axis, largest=False)
+
+
 @lowering(aten.sum.dim_IntList)
 def sum_dim(
     self: TensorValue,
@@ -76,7 +110,7 @@ def amax(
     self: TensorValue, dim: Sequence[int] = (), keepdim: bool = False
 ) -> TensorValue:
     """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
-    return _reduce(self, dim, keepdim, reduce_max)
+    return _reduce(self, dim, keepdim, torch_max)
 
 
 @lowering(aten.amin.default)
@@ -84,7 +118,7 @@ def amin(
     self: TensorValue, dim: Sequence[int] = (), keepdim: bool = False
 ) -> TensorValue:
     """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
-    return _reduce(self, dim, keepdim, reduce_min)
+    return _reduce(self, dim, keepdim, torch_min)
 
 
 def _any(
@@ -221,10 +255,25 @@ def _zero_index(shape: list[Dim | int], x: TensorValue) -> TensorValue:
     return ops.broadcast_to(zero, shape) if shape else zero
 
 
+def _nan_first(fn: Reducer) -> Reducer:
+    """``fn``'s index, or the first NaN's where one is held, as torch's."""
+
+    def index(x: TensorValue, axis: int) -> TensorValue:
+        found = fn(x, axis)
+        if not x.dtype.is_float():
+            return found
+        nan = ops.cast(ops.is_nan(x), DType.int32)
+        held = ops.greater(reduce_max(nan, axis), as_tensor(0, DType.int32))
+        return ops.where(held, ops.argmax(nan, axis), found)
+
+    return index
+
+
 def _arg_reduce(
     x: TensorValue, dim: int | None, keepdim: bool, fn: Reducer
 ) -> TensorValue:
     """Index of the first extreme along ``dim`` (over the flattened tensor if None)."""
+    fn = _nan_first(fn)
     if dim is None:
         if all(d == 1 for d in x.shape):  # also rank 0
             return _zero_index([1] * x.rank if keepdim else [], x)
@@ -262,7 +311,7 @@ def max_dim(
 ) -> tuple[TensorValue, TensorValue]:
     """max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
     return (
-        _reduce(self, dim, keepdim, reduce_max),
+        _reduce(self, dim, keepdim, torch_max),
         _arg_reduce(self, dim, keepdim, ops.argmax),
     )
 
@@ -273,7 +322,7 @@ def min_dim(
 ) -> tuple[TensorValue, TensorValue]:
     """min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
     return (
-        _reduce(self, dim, keepdim, reduce_min),
+        _reduce(self, dim, keepdim, torch_min),
         _arg_reduce(self, dim, keepdim, ops.argmin),
     )
 
@@ -305,7 +354,7 @@ def linalg_vector_norm(
     """linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
     if ord in (math.inf, -math.inf):
         a = ops.abs(as_tensor(self, out_max_dtype()))
-        return _reduce(a, dim, keepdim, reduce_max if ord > 0 else reduce_min)
+        return _reduce(a, dim, keepdim, torch_max if ord > 0 else torch_min)
     total = power_sum(self, ord, dim, keepdim)
     if ord in (0, 1):
         return total
