@@ -10,7 +10,7 @@ from max.graph import TensorValue, ops
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
 from ..shapes import normalize_dim
-from .elementwise import accurate_expm1
+from .elementwise import accurate_expm1, at_least, at_most, keep_nan
 
 aten = torch.ops.aten
 
@@ -18,7 +18,7 @@ aten = torch.ops.aten
 @lowering(aten.relu.default)
 def relu(self: TensorValue) -> TensorValue:
     """relu(Tensor self) -> Tensor"""
-    return ops.relu(self)
+    return keep_nan(self, ops.relu(self))
 
 
 @lowering(aten.gelu.default)
@@ -93,8 +93,9 @@ def threshold_backward(
     grad_output: TensorValue, self: TensorValue, threshold: Operand
 ) -> TensorValue:
     """threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor"""
-    keep = ops.greater(self, as_tensor(threshold, self.dtype))
-    return ops.where(keep, grad_output, as_tensor(0, grad_output.dtype))
+    # Zero where self <= threshold, as torch: a NaN input passes its gradient.
+    drop = ops.greater_equal(as_tensor(threshold, self.dtype), self)
+    return ops.where(drop, as_tensor(0, grad_output.dtype), grad_output)
 
 
 @lowering(aten.tanh_backward.default)
@@ -167,7 +168,8 @@ def elu(
         as_tensor(alpha, dt),
         accurate_expm1(ops.mul(self, as_tensor(input_scale, dt))),
     )
-    return ops.mul(as_tensor(scale, dt), ops.where(_positive(self), self, negative))
+    out = ops.mul(as_tensor(scale, dt), ops.where(_positive(self), self, negative))
+    return keep_nan(self, out)
 
 
 @lowering(aten.elu_backward.default)
@@ -196,9 +198,7 @@ def hardtanh(
     self: TensorValue, min_val: Operand = -1, max_val: Operand = 1
 ) -> TensorValue:
     """hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor"""
-    low = as_tensor(min_val, self.dtype)
-    high = as_tensor(max_val, self.dtype)
-    return ops._elementwise_min(ops._elementwise_max(self, low), high)
+    return at_most(at_least(self, min_val), max_val)
 
 
 @lowering(aten.hardtanh_backward.default)

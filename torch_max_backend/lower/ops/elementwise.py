@@ -150,18 +150,52 @@ def neg(self: TensorValue) -> TensorValue:
     return ops.negate(self)
 
 
+def keep_nan(x: TensorValue, result: TensorValue) -> TensorValue:
+    """``result`` with ``x``'s NaNs where ``x`` holds them. MAX's elementwise
+    max, min and relu give the other operand for a NaN; torch gives the NaN,
+    and a NaN turned into a number hides a diverging model."""
+    if not x.dtype.is_float():
+        return result
+    return ops.where(ops.is_nan(x), x, result)
+
+
+def torch_maximum(a: TensorValue, b: TensorValue) -> TensorValue:
+    """The larger of ``a`` and ``b`` (one dtype), NaN where either is."""
+    return keep_nan(a, keep_nan(b, ops._elementwise_max(a, b)))
+
+
+def torch_minimum(a: TensorValue, b: TensorValue) -> TensorValue:
+    """The smaller of ``a`` and ``b`` (one dtype), NaN where either is."""
+    return keep_nan(a, keep_nan(b, ops._elementwise_min(a, b)))
+
+
+def _bounded(x: TensorValue, bound: Operand, pick: Callable) -> TensorValue:
+    b = as_tensor(bound, x.dtype)
+    out = keep_nan(x, pick(x, b))
+    # A number bound is a constant: a NaN test of it would be MAX's to fold.
+    return out if isinstance(bound, bool | int | float) else keep_nan(b, out)
+
+
+def at_least(x: TensorValue, bound: Operand) -> TensorValue:
+    """``max(x, bound)`` as torch's clamp: NaN where ``x`` or a tensor bound is."""
+    return _bounded(x, bound, ops._elementwise_max)
+
+
+def at_most(x: TensorValue, bound: Operand) -> TensorValue:
+    """``min(x, bound)`` as torch's clamp: NaN where ``x`` or a tensor bound is."""
+    return _bounded(x, bound, ops._elementwise_min)
+
+
 @lowering(aten.maximum.default)
 def maximum(self: TensorValue, other: TensorValue) -> TensorValue:
     """maximum(Tensor self, Tensor other) -> Tensor"""
-    a, b = promote(self, other)
-    return ops._elementwise_max(a, b)
+    return torch_maximum(*promote(self, other))
 
 
 @lowering(aten.minimum.default)
 def minimum(self: TensorValue, other: TensorValue) -> TensorValue:
     """minimum(Tensor self, Tensor other) -> Tensor"""
-    a, b = promote(self, other)
-    return ops._elementwise_min(a, b)
+    return torch_minimum(*promote(self, other))
 
 
 @lowering(aten.clamp.default, aten.clamp.Tensor)
@@ -174,9 +208,9 @@ def clamp(
     out = out_max_dtype()
     x = as_tensor(self, out)
     if min is not None:
-        x = ops._elementwise_max(x, as_tensor(min, out))
+        x = at_least(x, min)
     if max is not None:
-        x = ops._elementwise_min(x, as_tensor(max, out))
+        x = at_most(x, max)
     return x
 
 

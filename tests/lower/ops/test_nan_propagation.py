@@ -1,0 +1,54 @@
+"""NaNs go through max, min, clamp and the rectifiers as in eager. MAX's
+elementwise max, min and relu give the other operand for a NaN; a NaN turned
+into a number would hide a diverging model from a user's NaN check."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from torch_max_backend import max_backend
+
+from .helpers import check_against_eager
+
+
+def _with_nans() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    x[0, 1] = float("nan")
+    x[1, 2] = float("inf")
+    y[1, 1] = float("nan")
+    return x, y
+
+
+def test_nans_go_through_max_min_clamp_and_rectifiers(max_calls):
+    def fn(x, y):
+        return (
+            torch.maximum(x, y),
+            torch.minimum(x, y),
+            torch.max(x, y),
+            torch.clamp(x, -0.5, 0.5),
+            torch.clamp_min(x, 0.0),
+            torch.clamp_max(x, 0.0),
+            torch.clamp(x, y - 1, y + 1),
+            F.relu(x),
+            F.relu6(x),
+            F.hardtanh(x),
+            F.hardsigmoid(x),
+            F.elu(x),
+        )
+
+    check_against_eager(fn, *_with_nans())
+    assert max_calls.count == 1
+
+
+def test_relu_passes_the_gradient_of_a_nan_input(max_calls):
+    def fn(x):
+        return F.relu(x).sum()
+
+    x = _with_nans()[0].requires_grad_()
+    compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
+    (got,) = torch.autograd.grad(compiled(x), x)
+    (want,) = torch.autograd.grad(fn(x), x)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
