@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+import numpy as np
 import torch
-from max.graph import DeviceRef
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue, ops
 
 from .layout import ChannelsLastTwins
 
@@ -75,3 +77,13 @@ def list_element(index: int) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def unread_output() -> TensorValue:
+    """A stand-in for an output of the current node that no node reads (the
+    builder drops it): an empty float32 constant, where computing the output
+    would cost MAX kernels. (Not cast to the output's dtype: a cast of a
+    constant is an op MAX would evaluate at compile time.)"""
+    return ops.constant(
+        np.zeros((0,), np.float32), DType.float32, device=current().device
+    )

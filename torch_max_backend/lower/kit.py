@@ -8,6 +8,7 @@ helpers rather than each family indexing ``node.args`` its own way.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,6 +36,17 @@ def schema_args(node: torch.fx.Node) -> dict[str, Any]:
     """The arguments a node passes, by their schema names (positional, then keywords)."""
     names = (a.name for a in node.target._schema.arguments)
     return dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
+
+
+def outputs_read(node: torch.fx.Node) -> set[int | None]:
+    """The positions of a multi-output node's outputs that something reads;
+    None for a user that takes the whole tuple. A getitem nothing uses does
+    not count (make_fx leaves them in its graphs)."""
+    return {
+        user.args[1] if user.target is operator.getitem else None
+        for user in node.users
+        if user.target is not operator.getitem or user.users
+    }
 
 
 def arg_meta(node: torch.fx.Node, index: int, name: str = "") -> torch.Tensor | None:

@@ -52,3 +52,23 @@ def test_relu_passes_the_gradient_of_a_nan_input(max_calls):
     (want,) = torch.autograd.grad(fn(x), x)
     torch.testing.assert_close(got, want, equal_nan=True)
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+
+
+def test_softmax_rows_holding_a_nan_or_infinity_are_nan_as_in_eager(max_calls):
+    # MAX's softmax kernels gave such a row zeros with a NaN only where the
+    # NaN or infinity was; torch's row is NaN throughout.
+    def fn(x):
+        return (
+            torch.softmax(x, -1),
+            torch.log_softmax(x, -1),
+            torch.softmax(x, 0),
+            torch.log_softmax(x, 0),
+        )
+
+    x = torch.randn(5, 6)
+    x[0, 1] = float("nan")
+    x[1, 2] = float("inf")
+    x[2, 3] = float("-inf")
+    x[3, :] = float("-inf")
+    check_against_eager(fn, x)
+    assert max_calls.count == 1

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 from max.graph import TensorValue, ops
+from max.graph.ops.reduction import max as reduce_max
 
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
@@ -57,16 +59,37 @@ def _along_last(
     return ops.transpose(fn(ops.transpose(x, axis, -1), -1), axis, -1)
 
 
+def _nan_rows_as_torch(
+    kernel: Callable[[TensorValue, int], TensorValue],
+) -> Callable[[TensorValue, int], TensorValue]:
+    """A MAX softmax kernel whose rows holding a NaN or +inf are NaN throughout,
+    as torch's: MAX's give such a row zeros, NaN only at the NaN or infinity
+    (a diverging model's NaNs would turn into numbers)."""
+
+    def along(x: TensorValue, axis: int) -> TensorValue:
+        poisoned = ops.logical_or(
+            ops.is_nan(x), ops.equal(x, as_tensor(math.inf, x.dtype))
+        )
+        flagged = reduce_max(ops.cast(poisoned, x.dtype), axis)
+        return ops.where(
+            ops.greater(flagged, as_tensor(0, x.dtype)),
+            as_tensor(math.nan, x.dtype),
+            kernel(x, axis),
+        )
+
+    return along
+
+
 @lowering(aten._softmax.default)
 def softmax(self: TensorValue, dim: int, half_to_float: bool) -> TensorValue:
     """_softmax(Tensor self, int dim, bool half_to_float) -> Tensor"""
-    return _along_last(self, dim, ops.softmax)
+    return _along_last(self, dim, _nan_rows_as_torch(ops.softmax))
 
 
 @lowering(aten._log_softmax.default)
 def log_softmax(self: TensorValue, dim: int, half_to_float: bool) -> TensorValue:
     """_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor"""
-    return _along_last(self, dim, ops.logsoftmax)
+    return _along_last(self, dim, _nan_rows_as_torch(ops.logsoftmax))
 
 
 @lowering(aten._softmax_backward_data.default)

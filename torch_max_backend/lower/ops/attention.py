@@ -17,14 +17,16 @@ gradients of K and V sum over the group in that same matmul.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 
-from ..kit import fake_tensor, schema_args
-from ..registry import lowering
+from ..context import unread_output
+from ..kit import fake_tensor, outputs_read, schema_args
+from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor
 from ..shapes import positions, static_size
 
@@ -83,8 +85,10 @@ def _scores(
     mask: TensorValue | None,
     is_causal: bool,
     scale: float | None,
+    masked: float = -math.inf,
 ) -> tuple[TensorValue, TensorValue]:
-    """Scaled, masked attention logits (in float32) and the scale used."""
+    """Scaled, masked attention logits (in float32) and the scale used;
+    ``masked`` is the logit of a key a boolean or causal mask hides."""
     e = static_size(q.shape[-1])
     factor = scale if scale is not None else 1 / math.sqrt(e or 1)
     qf = ops.cast(q, DType.float32)
@@ -93,17 +97,17 @@ def _scores(
         _grouped_matmul(qf, ops.transpose(kf, -1, -2), q),
         as_tensor(factor, DType.float32),
     )
-    neg_inf = as_tensor(-math.inf, DType.float32)
+    hidden = as_tensor(masked, DType.float32)
     if mask is not None:
         if mask.dtype == DType.bool:
-            s = ops.where(mask, s, neg_inf)
+            s = ops.where(mask, s, hidden)
         else:
             s = ops.add(s, ops.cast(mask, DType.float32))
     if is_causal:
         rows = positions(q, q.rank - 2)
         cols = positions(k, k.rank - 2)
         keep = ops.greater_equal(ops.unsqueeze(rows, 1), ops.unsqueeze(cols, 0))
-        s = ops.where(keep, s, neg_inf)
+        s = ops.where(keep, s, hidden)
     return s, as_tensor(factor, DType.float32)
 
 
@@ -174,22 +178,91 @@ def _backward(
     )
 
 
-@lowering(
+def _lse_unread(node: torch.fx.Node) -> str | None:
+    """Nothing reads the log-sum-exp output (inference); as many key/value heads as query heads."""
+    values = schema_args(node)
+    q, k = fake_tensor(values["query"]), fake_tensor(values["key"])
+    if q.shape[1] != k.shape[1]:
+        # MAX's flash attention kernel, fed the grouped layout and a mask,
+        # gave NaN rows (max 26.7; a left-padded llama's logits).
+        return "grouped-query attention (MAX's flash kernel mishandles it)"
+    if outputs_read(node) - {0}:
+        return "the log-sum-exp is read (a training graph saves it)"
+    return None
+
+
+_LOWEST = float(torch.finfo(torch.float32).min)
+
+
+def _rows_with_a_key(mask: TensorValue | None) -> TensorValue | None:
+    """Where the mask leaves a query row at least one key (``[..., L, 1]``),
+    or None where there is no mask."""
+    if mask is None:
+        return None
+    if mask.dtype == DType.bool:
+        kept = ops.cast(mask, DType.float32)
+    else:
+        kept = ops.cast(
+            ops.greater(mask, as_tensor(-math.inf, mask.dtype)), DType.float32
+        )
+    return ops.greater(reduce_max(kept, -1), as_tensor(0.0, DType.float32))
+
+
+def _inference(
+    q: TensorValue,
+    k: TensorValue,
+    v: TensorValue,
+    mask: TensorValue | None,
+    is_causal: bool,
+    scale: float | None,
+) -> tuple[TensorValue, TensorValue]:
+    # MAX compiles matmul, softmax and matmul into its CPU flash attention
+    # kernel, one kernel where the log-sum-exp and the probabilities from it
+    # are five (compile time follows the kernel count). That kernel takes
+    # a mask as an additive one, which MAX makes from a boolean mask as
+    # (not mask) * fill: a fill of -inf made 0 * -inf = NaN of every kept key,
+    # so hidden keys get the lowest finite logit instead. A row whose keys
+    # are all hidden then averages them where torch's kernel gives zeros:
+    # those rows are told by the mask alone, which every layer shares. NaN
+    # and infinite scores give NaN rows, as torch's, but so does a NaN score
+    # the mask hides (the kernel adds the mask to it), which torch hides.
+    s, _ = _scores(q, k, mask, is_causal, scale, masked=_LOWEST)
+    out = ops.matmul(ops.softmax(s), ops.cast(v, DType.float32))
+    keys = _rows_with_a_key(mask)
+    if keys is not None:
+        out = ops.where(keys, out, as_tensor(0.0, DType.float32))
+    return ops.cast(out, q.dtype), unread_output()
+
+
+def _attention_by(
+    forward: Callable[..., tuple[TensorValue, TensorValue]],
+) -> Callable[..., tuple[TensorValue, TensorValue]]:
+    """The flash attention op's lowering around one way of computing it."""
+
+    def flash_attention_for_cpu(
+        query: TensorValue,
+        key: TensorValue,
+        value: TensorValue,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        *,
+        attn_mask: TensorValue | None = None,
+        scale: float | None = None,
+    ) -> tuple[TensorValue, TensorValue]:
+        """_scaled_dot_product_flash_attention_for_cpu(Tensor query, Tensor key, Tensor value, float dropout_p=0., bool is_causal=False, *, Tensor? attn_mask=None, float? scale=None) -> (Tensor output, Tensor logsumexp)"""
+        return forward(query, key, value, attn_mask, is_causal, scale)
+
+    return flash_attention_for_cpu
+
+
+flash_attention_for_cpu = lowering_strategies(
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     supports=_no_dropout_whole_groups,
+    candidates=[
+        Strategy("softmax", _attention_by(_inference), _lse_unread),
+        Strategy("log_sum_exp", _attention_by(_forward)),
+    ],
 )
-def flash_attention_for_cpu(
-    query: TensorValue,
-    key: TensorValue,
-    value: TensorValue,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    *,
-    attn_mask: TensorValue | None = None,
-    scale: float | None = None,
-) -> tuple[TensorValue, TensorValue]:
-    """_scaled_dot_product_flash_attention_for_cpu(Tensor query, Tensor key, Tensor value, float dropout_p=0., bool is_causal=False, *, Tensor? attn_mask=None, float? scale=None) -> (Tensor output, Tensor logsumexp)"""
-    return _forward(query, key, value, attn_mask, is_causal, scale)
 
 
 @lowering(

@@ -7,14 +7,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from max.dtype import DType
-from max.graph import Dim, TensorValue, ops
+from max.graph import DeviceRef, Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
-from ..context import current
-from ..kit import empty_input, schema_args
-from ..registry import lowering
+from ..context import current, unread_output
+from ..kit import empty_input, outputs_read, schema_args, tensor_meta
+from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor
-from ..shapes import normalize_dim
+from ..shapes import normalize_dim, static_size
 
 aten = torch.ops.aten
 
@@ -38,8 +38,71 @@ def _normalize_last(
     return ops.mul(centered, rstd), mean, rstd
 
 
-@lowering(aten.native_layer_norm.default, supports=empty_input)
-def native_layer_norm(
+# Inputs that reach MAX's LayerNorm kernel in float32 (half precision is
+# normalized in float32, as torch does).
+_LAYER_NORM_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _statistics_unused(node: torch.fx.Node) -> str | None:
+    """Nothing reads the mean and rstd outputs (inference); float32 or half precision, a positive epsilon."""
+    args = schema_args(node)
+    meta = tensor_meta(args["input"])
+    if meta is None or meta.dtype not in _LAYER_NORM_KERNEL_DTYPES:
+        return "not float32 or half precision (computed in float32)"
+    if not args["eps"] > 0:
+        return "epsilon not positive (MAX's LayerNorm takes a positive one)"
+    if not all(isinstance(d, int) for d in args["normalized_shape"]):
+        return "a symbolic normalized shape"
+    if outputs_read(node) - {0}:
+        return "the mean or rstd is read (a training graph saves them)"
+    return None
+
+
+def _layer_norm_kernel(
+    input: TensorValue,
+    normalized_shape: Sequence[int],
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    eps: float,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)"""
+    # One LayerNorm kernel, where the composed form is three: MAX's compile
+    # time follows the kernel count (25 chained layer norms compiled in 173 s
+    # composed, 41 s as LayerNorm ops), and each kernel costs a decode step a
+    # few microseconds. Its statistics are not outputs: placeholders stand
+    # in for them, which nothing reads.
+    k = len(normalized_shape)
+    lead = list(input.shape)[: input.rank - k]
+    x = ops.cast(ops.reshape(input, [*lead, -1]), accumulation_dtype(input.dtype))
+    width = x.shape[-1]
+    out = ops.layer_norm(
+        x,
+        _flat_affine(weight, 1.0, x.dtype, width, input.device),
+        _flat_affine(bias, 0.0, x.dtype, width, input.device),
+        eps,
+    )
+    (normalized,) = _in_output_dtypes(ops.reshape(out, list(input.shape)))
+    return normalized, unread_output(), unread_output()
+
+
+def _flat_affine(
+    value: TensorValue | None,
+    default: float,
+    dtype: DType,
+    width: int | Dim,
+    device: DeviceRef,
+) -> TensorValue:
+    """A layer norm's weight or bias flattened to the normalized width, or a
+    constant vector of ``default`` (a constant, not an op on one, which MAX
+    would fold at compile time)."""
+    if value is not None:
+        return ops.cast(ops.reshape(value, [-1]), dtype)
+    size = static_size(width)
+    assert size is not None  # _statistics_unused: a static normalized shape
+    return ops.constant(np.full((size,), default, np.float32), dtype, device=device)
+
+
+def _layer_norm_composed(
     input: TensorValue,
     normalized_shape: Sequence[int],
     weight: TensorValue | None,
@@ -66,8 +129,19 @@ def native_layer_norm(
     )
 
 
+native_layer_norm = lowering_strategies(
+    aten.native_layer_norm.default,
+    supports=empty_input,
+    candidates=[
+        Strategy("layer_norm_kernel", _layer_norm_kernel, _statistics_unused),
+        Strategy("composed", _layer_norm_composed),
+    ],
+)
+
+
 def _in_output_dtypes(*values: TensorValue) -> tuple[TensorValue, ...]:
-    """Each value cast to the dtype torch gives the node's output at its position.
+    """Each value cast to the dtype torch gives the node's output at its
+    position (the first outputs, as many as given).
 
     A value already in that dtype is returned itself (as_tensor does not
     cast it): ops.cast would wrap it in a new TensorValue, and the layout pass
@@ -77,7 +151,8 @@ def _in_output_dtypes(*values: TensorValue) -> tuple[TensorValue, ...]:
     meta = current().out_meta
     assert isinstance(meta, (list, tuple))
     return tuple(
-        as_tensor(v, to_max_dtype(m.dtype)) for v, m in zip(values, meta, strict=True)
+        as_tensor(v, to_max_dtype(m.dtype))
+        for v, m in zip(values, meta[: len(values)], strict=True)
     )
 
 
