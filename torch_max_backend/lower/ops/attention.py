@@ -24,6 +24,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 
+from ..builder.repeated_kv import unrepeated
 from ..context import unread_output
 from ..kit import fake_tensor, outputs_read, schema_args
 from ..registry import Strategy, lowering, lowering_strategies
@@ -179,12 +180,16 @@ def _backward(
 
 
 def _lse_unread(node: torch.fx.Node) -> str | None:
-    """Nothing reads the log-sum-exp output (inference); as many key/value heads as query heads."""
+    """Nothing reads the log-sum-exp output (inference); as many key/value heads as query heads; on the CPU."""
     values = schema_args(node)
     q, k = fake_tensor(values["query"]), fake_tensor(values["key"])
-    if q.shape[1] != k.shape[1]:
+    if q.device.type != "cpu":
+        # What MAX compiles this pattern into was checked on the CPU only.
+        return "not on the CPU"
+    if q.shape[1] != k.shape[1] or unrepeated(values["key"]) is not None:
         # MAX's flash attention kernel, fed the grouped layout and a mask,
-        # gave NaN rows (max 26.7; a left-padded llama's logits).
+        # gave NaN rows (max 26.7; a left-padded llama's logits). Keys
+        # repeated per query head reach the lowering grouped as well.
         return "grouped-query attention (MAX's flash kernel mishandles it)"
     if outputs_read(node) - {0}:
         return "the log-sum-exp is read (a training graph saves it)"

@@ -43,6 +43,15 @@ def _normalize_last(
 _LAYER_NORM_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def _rows_to_normalize(input: TensorValue, k: int) -> TensorValue:
+    """``input`` with its last ``k`` dims flattened into one, in float32 for
+    half precision (as torch's kernels compute the statistics; MAX's LayerNorm
+    also takes a float32 epsilon only, so a bfloat16 one failed the whole
+    graph's compile)."""
+    lead = list(input.shape)[: input.rank - k]
+    return ops.cast(ops.reshape(input, [*lead, -1]), accumulation_dtype(input.dtype))
+
+
 def _statistics_unused(node: torch.fx.Node) -> str | None:
     """Nothing reads the mean and rstd outputs (inference); float32 or half precision, a positive epsilon."""
     args = schema_args(node)
@@ -71,9 +80,7 @@ def _layer_norm_kernel(
     # composed, 41 s as LayerNorm ops), and each kernel costs a decode step a
     # few microseconds. Its statistics are not outputs: placeholders stand
     # in for them, which nothing reads.
-    k = len(normalized_shape)
-    lead = list(input.shape)[: input.rank - k]
-    x = ops.cast(ops.reshape(input, [*lead, -1]), accumulation_dtype(input.dtype))
+    x = _rows_to_normalize(input, len(normalized_shape))
     width = x.shape[-1]
     out = ops.layer_norm(
         x,
@@ -112,11 +119,7 @@ def _layer_norm_composed(
     """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)"""
     k = len(normalized_shape)
     lead = list(input.shape)[: input.rank - k]
-    # Statistics in float32 for half precision, as torch's kernels; MAX also
-    # fuses this pattern into a LayerNorm kernel that takes a float32 epsilon
-    # only, so a bfloat16 one fails the whole graph's compile.
-    x = ops.cast(ops.reshape(input, [*lead, -1]), accumulation_dtype(input.dtype))
-    # Normalize over the last k dims as one flattened dim.
+    x = _rows_to_normalize(input, k)
     normalized, mean, rstd = _normalize_last(x, eps)
     out = ops.reshape(normalized, list(input.shape))
     if weight is not None:
