@@ -72,3 +72,28 @@ def test_softmax_rows_holding_a_nan_or_infinity_are_nan_as_in_eager(max_calls):
     x[3, :] = float("-inf")
     check_against_eager(fn, x)
     assert max_calls.count == 1
+
+
+def test_exp_tanh_sigmoid_and_acos_keep_nans_as_in_eager(max_calls):
+    # MAX gives exp(NaN) = inf, tanh(NaN) = 1, sigmoid(NaN) = 0 and
+    # acos(NaN) = 0 (acos(inf) = 0, acos(-inf) = pi), where torch gives NaN:
+    # a diverging model's NaNs would turn into numbers through a GELU's tanh
+    # or a gate's sigmoid.
+    def fn(x):
+        return (
+            torch.exp(x),
+            torch.tanh(x),
+            torch.sigmoid(x),
+            torch.acos(x.clamp(-1, 1)),
+            torch.acos(x),
+            torch.expm1(x),
+            torch.cosh(x),
+            F.gelu(x, approximate="tanh"),
+            F.silu(x),
+            torch.logsumexp(x, -1),
+        )
+
+    x = torch.tensor([[float("nan"), 0.5, -0.25], [float("inf"), float("-inf"), 2.0]])
+    check_against_eager(fn, x)
+    assert max_calls.count == 1
+

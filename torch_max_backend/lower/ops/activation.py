@@ -12,7 +12,14 @@ from max.graph.ops.reduction import max as reduce_max
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
 from ..shapes import normalize_dim
-from .elementwise import accurate_expm1, at_least, at_most, keep_nan
+from .elementwise import (
+    accurate_expm1,
+    at_least,
+    at_most,
+    keep_nan,
+    torch_sigmoid,
+    torch_tanh,
+)
 
 aten = torch.ops.aten
 
@@ -38,13 +45,13 @@ def silu(self: TensorValue) -> TensorValue:
 @lowering(aten.sigmoid.default)
 def sigmoid(self: TensorValue) -> TensorValue:
     """sigmoid(Tensor self) -> Tensor"""
-    return ops.sigmoid(self)
+    return torch_sigmoid(self)
 
 
 @lowering(aten.tanh.default)
 def tanh(self: TensorValue) -> TensorValue:
     """tanh(Tensor self) -> Tensor"""
-    return ops.tanh(self)
+    return torch_tanh(self)
 
 
 def _along_last(

@@ -159,6 +159,21 @@ def keep_nan(x: TensorValue, result: TensorValue) -> TensorValue:
     return ops.where(ops.is_nan(x), x, result)
 
 
+def torch_exp(x: TensorValue) -> TensorValue:
+    """exp, NaN for NaN: MAX's exp gives inf."""
+    return keep_nan(x, ops.exp(x))
+
+
+def torch_tanh(x: TensorValue) -> TensorValue:
+    """tanh, NaN for NaN: MAX's tanh gives 1."""
+    return keep_nan(x, ops.tanh(x))
+
+
+def torch_sigmoid(x: TensorValue) -> TensorValue:
+    """sigmoid, NaN for NaN: MAX's sigmoid gives 0."""
+    return keep_nan(x, ops.sigmoid(x))
+
+
 def torch_maximum(a: TensorValue, b: TensorValue) -> TensorValue:
     """The larger of ``a`` and ``b`` (one dtype), NaN where either is."""
     return keep_nan(a, keep_nan(b, ops._elementwise_max(a, b)))
@@ -267,7 +282,7 @@ def _unary(op: torch._ops.OpOverload, fn: Callable[[TensorValue], TensorValue]) 
 
 for _op, _fn in [
     (aten.abs.default, ops.abs),
-    (aten.exp.default, ops.exp),
+    (aten.exp.default, torch_exp),
     (aten.log.default, ops.log),
     (aten.log1p.default, ops.log1p),
     (aten.sqrt.default, ops.sqrt),
@@ -302,7 +317,7 @@ def accurate_expm1(x: TensorValue) -> TensorValue:
     Kahan's form: with u = exp(x), (u - 1) * x / log(u) is accurate wherever
     u is neither 1 (then the answer is x) nor 0 or inf (then u - 1 is).
     """
-    u = ops.exp(x)
+    u = torch_exp(x)
     one = as_tensor(1, x.dtype)
     um1 = ops.sub(u, one)
     interior = ops.div(ops.mul(um1, x), ops.log(u))

@@ -14,7 +14,7 @@ from max.graph import TensorValue, ops
 
 from ..registry import lowering
 from ..scalars import Operand, as_tensor, out_max_dtype
-from .elementwise import accurate_expm1
+from .elementwise import accurate_expm1, torch_exp
 
 aten = torch.ops.aten
 
@@ -111,7 +111,10 @@ def asin(self: TensorValue) -> TensorValue:
 @lowering(aten.acos.default)
 def acos(self: TensorValue) -> TensorValue:
     """acos(Tensor self) -> Tensor"""
-    return ops.acos(_in_out_dtype(self))
+    x = _in_out_dtype(self)
+    # MAX's acos gives 0 for NaN and +-inf (pi for -inf); torch, NaN.
+    outside = ops.logical_not(ops.greater_equal(_c(1.0, x), ops.abs(x)))
+    return ops.where(outside, _c(math.nan, x), ops.acos(x))
 
 
 @lowering(aten.tan.default)
@@ -133,7 +136,7 @@ def sinh(self: TensorValue) -> TensorValue:
 def cosh(self: TensorValue) -> TensorValue:
     """cosh(Tensor self) -> Tensor"""
     x = _in_out_dtype(self)
-    return ops.mul(ops.add(ops.exp(x), ops.exp(ops.negate(x))), _c(0.5, x))
+    return ops.mul(ops.add(torch_exp(x), torch_exp(ops.negate(x))), _c(0.5, x))
 
 
 @lowering(aten.asinh.default)
