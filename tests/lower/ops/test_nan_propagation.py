@@ -96,4 +96,3 @@ def test_exp_tanh_sigmoid_and_acos_keep_nans_as_in_eager(max_calls):
     x = torch.tensor([[float("nan"), 0.5, -0.25], [float("inf"), float("-inf"), 2.0]])
     check_against_eager(fn, x)
     assert max_calls.count == 1
-
