@@ -69,6 +69,25 @@ def test_a_graph_compiled_before_runs_without_a_build(max_calls, empty_table):
     assert max_calls.count == 2
 
 
+def _rebuilt_masks(x: torch.Tensor) -> torch.Tensor:
+    out = x
+    for _ in range(2):
+        # Each layer rebuilds the same mask: merged before it is planned.
+        positions = torch.arange(x.shape[-1])
+        out = torch.where(positions[:, None] >= positions[None, :], out, 0.0) * 2
+    return out
+
+
+def test_a_graph_with_repeats_merged_starts_warm(max_calls, empty_table):
+    x = torch.randn(5, 5)
+    _run(_rebuilt_masks, x)
+    empty_table()
+    reset_compile_stats()
+    torch.testing.assert_close(_run(_rebuilt_masks, x), _rebuilt_masks(x))
+    stats = compile_stats()
+    assert stats.graphs_built == 0 and stats.warm_starts == 1
+
+
 def _flipped(x: torch.Tensor) -> torch.Tensor:
     # flip gathers along index ranges: the graph has an index origin input.
     return torch.flip(x, [1]) * 2

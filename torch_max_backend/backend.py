@@ -35,6 +35,7 @@ from .lower.builder import (
     check_supported,
     graph_fingerprint,
     is_size_arithmetic,
+    without_repeats,
 )
 from .lower.families import register_families
 from .lower.registry import decomposition_table
@@ -77,6 +78,8 @@ def compile_aten_graph(
         # for free, where MAX would cost a build and a 20 s compile.
         _graphs_log.debug("torch-max-backend: graph %s computes nothing: PyTorch", name)
         return make_boxed_func(gm.forward)
+    # Before the fingerprint: a warm start plans the graph that was built.
+    gm = without_repeats(gm)
     if settings.strict and needs_torch(gm, Placement(settings)):
         check_supported([gm])
     if settings.verbose:

@@ -39,3 +39,27 @@ def test_clones_and_constants_are_fresh_and_views_still_alias():
     again = compiled(torch.zeros(2, 2))
     torch.testing.assert_close(again[3], torch.tensor([1.0, 2.0]))
     assert again[0].data_ptr() != clone.data_ptr()
+
+
+def _alike(x: torch.Tensor):
+    return x.relu(), x.relu()
+
+
+def test_outputs_computed_alike_are_two_tensors():
+    # MAX computes the two alike once and returned one buffer for both.
+    compiled = torch.compile(_alike, backend=max_backend, options={"strict": True})
+    x = torch.randn(4, 8)
+    first, second = compiled(x)
+    torch.testing.assert_close(first, x.relu())
+    assert first.data_ptr() != second.data_ptr()
+    first.fill_(-1.0)
+    torch.testing.assert_close(second, x.relu())
+
+
+def test_exported_outputs_computed_alike_are_copied():
+    import numpy as np
+
+    from torch_max_backend.aot.runner import _outputs_sharing_inputs
+
+    one = np.zeros(4)
+    assert _outputs_sharing_inputs([one, one, np.zeros(4), one[:2]], []) == [1, 3]

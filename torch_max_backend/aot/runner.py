@@ -190,18 +190,24 @@ class LoadedModel:
 
 
 def _outputs_sharing_inputs(outputs: list[np.ndarray], inputs: list[Any]) -> list[int]:
-    """The outputs lying in an input's or a weight's memory.
+    """The outputs lying in an input's or a weight's memory, or in an earlier
+    output's.
 
     MAX returns an input's own buffer for an output it has nothing to compute
-    for (a weight the graph returns, a clone of an input); a caller writing
-    into such an output would change the weight every later run reads.
+    for (a weight the graph returns, a clone of an input), and one buffer for
+    two outputs it computes alike; a caller writing into such an output would
+    change the weight every later run reads, or the other output.
     """
-    host = [b.to_numpy() for b in inputs if b.is_host]
-    return [
-        i
-        for i, out in enumerate(outputs)
-        if out.size and any(np.may_share_memory(out, a) for a in host)
-    ]
+    earlier = [b.to_numpy() for b in inputs if b.is_host]
+    sharing = []
+    for i, out in enumerate(outputs):
+        if not out.size:
+            continue
+        if any(np.may_share_memory(out, a) for a in earlier):
+            sharing.append(i)
+        else:
+            earlier.append(out)
+    return sharing
 
 
 def load(path: str | Path, device: str = "cpu") -> LoadedModel:

@@ -68,14 +68,16 @@ def _span(tensor: torch.Tensor) -> tuple[int, int]:
 def outputs_sharing_inputs(
     results: Sequence[torch.Tensor], inputs: Sequence[Buffer]
 ) -> list[int]:
-    """The results that lie in the memory of one of MAX's inputs.
+    """The results that lie in the memory of one of MAX's inputs, or of an
+    earlier result.
 
     MAX returns an input's own buffer for an output it has nothing to compute
-    for (a clone, a reshape of one, a constant the graph returns), where torch
-    gives a new tensor: a caller writing into it would change the input, or
-    the constant every later call returns. Views of the caller's inputs are
-    made views again by AOTAutograd from the input itself, so copying their
-    results changes nothing they show.
+    for (a clone, a reshape of one, a constant the graph returns), and one
+    buffer for two outputs it computes alike (``x.relu(), x.relu()``), where
+    torch gives new tensors: a caller writing into one would change the
+    input, the other output, or the constant every later call returns. Views
+    of the caller's inputs are made views again by AOTAutograd from the input
+    itself, so copying their results changes nothing they show.
     """
     spans = [_span(t) for t in map(_to_torch, inputs) if t.numel()]
     sharing = []
@@ -85,6 +87,8 @@ def outputs_sharing_inputs(
         start, end = _span(result)
         if any(start < e and s < end for s, e in spans):
             sharing.append(i)
+        else:
+            spans.append((start, end))
     return sharing
 
 

@@ -1,8 +1,9 @@
 """Building a MAX graph from an FX ATen graph, one job a module.
 
-``capability`` says whether every node can be lowered, ``planning`` decides
-the graph's inputs, ``walk`` calls each node's lowering, and ``outputs``
-writes the plan of the values the FX graph returns.
+``capability`` says whether every node can be lowered, ``repeats`` merges
+repeated subexpressions, ``planning`` decides the graph's inputs, ``walk``
+calls each node's lowering, and ``outputs`` writes the plan of the values the
+FX graph returns.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .capability import (
 )
 from .fingerprint import graph_fingerprint
 from .planning import InputPlan, graph_device
+from .repeats import without_repeats
 from .walk import GRAPH_NAME, BuiltGraph, NodeWalk
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "is_size_arithmetic",
     "strategy_of",
     "why_unsupported",
+    "without_repeats",
 ]
 
 
@@ -41,6 +44,7 @@ def build_graph(gm: torch.fx.GraphModule) -> BuiltGraph:
 
     register_families()
     check_supported([gm])
+    gm = without_repeats(gm)
     plan = InputPlan(gm)
     walk = NodeWalk(gm, plan)
     built = walk.run()
