@@ -96,3 +96,25 @@ def test_exp_tanh_sigmoid_and_acos_keep_nans_as_in_eager(max_calls):
     x = torch.tensor([[float("nan"), 0.5, -0.25], [float("inf"), float("-inf"), 2.0]])
     check_against_eager(fn, x)
     assert max_calls.count == 1
+
+
+def test_attention_with_a_nan_key_gives_nan_rows_as_in_eager(max_calls):
+    # The log-sum-exp form (training graphs, grouped-query inference) took
+    # MAX's exp, exp(NaN) = inf: rows reading a NaN key came out infinite
+    # or finite where torch's are NaN.
+    def fn(q, k, v, kg, vg):
+        return (
+            F.scaled_dot_product_attention(q, k, v),
+            F.scaled_dot_product_attention(q, kg, vg, enable_gqa=True),
+        )
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 3, 8) for _ in range(3))
+    kg, vg = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8)
+    k[0, 1, 2, 5] = float("nan")
+    kg[0, 0, 1, 0] = float("nan")
+    q.requires_grad_()  # the training form, which keeps the log-sum-exp
+    compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
+    for got, want in zip(compiled(q, k, v, kg, vg), fn(q, k, v, kg, vg), strict=True):
+        torch.testing.assert_close(got, want, equal_nan=True)
+    assert max_calls.of("forward") == 1

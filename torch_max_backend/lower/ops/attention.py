@@ -30,6 +30,7 @@ from ..kit import fake_tensor, outputs_read, schema_args
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor
 from ..shapes import positions, static_size
+from .elementwise import torch_exp
 
 aten = torch.ops.aten
 
@@ -119,7 +120,8 @@ def _logsumexp(s: TensorValue) -> TensorValue:
     peak = reduce_max(s, -1)
     zero = as_tensor(0.0, DType.float32)
     finite = ops.where(ops.is_inf(peak), zero, peak)
-    total = ops.sum(ops.exp(ops.sub(s, finite)), -1)
+    # torch_exp: MAX's exp(NaN) is inf, which made a NaN key's row infinite.
+    total = ops.sum(torch_exp(ops.sub(s, finite)), -1)
     # A row with a key has a total of at least exp(0); a row without one, 0.
     # Told by the total, not by the peak: testing the peak for -inf left such
     # rows NaN (tests/lower/ops/test_attention_masked_rows.py).
@@ -137,7 +139,7 @@ def _forward(
 ) -> tuple[TensorValue, TensorValue]:
     s, _ = _scores(q, k, mask, is_causal, scale)
     lse = _logsumexp(s)
-    p = ops.exp(ops.sub(s, ops.unsqueeze(lse, -1)))
+    p = torch_exp(ops.sub(s, ops.unsqueeze(lse, -1)))
     out = _grouped_matmul(p, ops.cast(v, DType.float32), q)
     return ops.cast(out, q.dtype), lse
 
@@ -156,7 +158,7 @@ def _backward(
     kv_heads = static_size(k.shape[1])
     assert kv_heads is not None
     s, factor = _scores(q, k, mask, is_causal, scale)
-    p = ops.exp(ops.sub(s, ops.unsqueeze(ops.cast(lse, DType.float32), -1)))
+    p = torch_exp(ops.sub(s, ops.unsqueeze(ops.cast(lse, DType.float32), -1)))
     do = ops.cast(grad_out, DType.float32)
     # K's and V's gradients sum over the query heads of their group: the
     # grouped layout's rows hold them all, so the matmul sums them.
