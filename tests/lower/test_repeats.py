@@ -77,3 +77,14 @@ def test_merged_graph_matches_eager_and_keeps_outputs_apart(max_calls):
     torch.testing.assert_close(got[2], want[2])
     # Two draws are two draws.
     assert not torch.equal(got[3], got[4])
+
+
+def test_arguments_equal_only_in_value_are_not_merged():
+    def signed_zeros(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # 0.0 == -0.0 and 1 == 1.0 == True in Python, not to these ops.
+        return x * 0.0 + 1, x * -0.0 + 1, x.pow(2) + 1, x.pow(2.0) + 1
+
+    (gm,) = aten_graphs(signed_zeros, torch.randn(3))
+    merged = without_repeats(gm)
+    assert _count(merged, aten.mul.Tensor) == _count(gm, aten.mul.Tensor)
+    assert len(merged.graph.nodes) == len(gm.graph.nodes)

@@ -97,7 +97,9 @@ def without_repeats(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def _hashable(value: Any) -> Any:
     """A key equal for equal arguments; types kept apart (1 and 1.0 and True
-    are different arguments to an ATen op)."""
+    are different arguments to an ATen op), and 0.0 from -0.0."""
+    if isinstance(value, float):
+        return (float, repr(value))
     if isinstance(value, (list, tuple)):
         return (type(value), tuple(_hashable(v) for v in value))
     if isinstance(value, dict):
