@@ -9,7 +9,7 @@ import torch
 from graph_text import foldable_ops
 
 from torch_max_backend import max_backend
-from torch_max_backend.lower.builder import build_graph
+from torch_max_backend.lower.builder import build_graph, without_repeats
 from torch_max_backend.lower.builder.planning import InputPlan
 
 from .aten_graphs import aten_graphs
@@ -52,7 +52,8 @@ def _inputs() -> list[torch.Tensor]:
 def _extra_inputs(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
     """The inputs the built graph has beyond those planned without an origin."""
     built = build_graph(gm)
-    planned = len(InputPlan(gm).sources)
+    # Planned as the builder plans it: repeats merged first.
+    planned = len(InputPlan(without_repeats(gm)).sources)
     return [built.constants[s.index] for s in built.plan.inputs[planned:]]
 
 
