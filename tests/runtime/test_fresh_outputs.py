@@ -59,7 +59,7 @@ def test_outputs_computed_alike_are_two_tensors():
 def test_exported_outputs_computed_alike_are_copied():
     import numpy as np
 
-    from torch_max_backend.aot.runner import _outputs_sharing_inputs
+    from torch_max_backend.aot.runner import _outputs_sharing_memory
 
     one = np.zeros(4)
-    assert _outputs_sharing_inputs([one, one, np.zeros(4), one[:2]], []) == [1, 3]
+    assert _outputs_sharing_memory([one, one, np.zeros(4), one[:2]], []) == [1, 3]

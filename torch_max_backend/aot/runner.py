@@ -134,7 +134,7 @@ class LoadedModel:
             self._session = InferenceSession(devices=[self.device])
             self._model = self._session.init(compiled)
             # Outputs that are an input's or a weight's own memory (found at
-            # the first run; see _outputs_sharing_inputs), copied at every run.
+            # the first run; see _outputs_sharing_memory), copied at every run.
             self._sharing: list[int] | None = None
         except Exception as e:
             raise PackageError(
@@ -174,7 +174,7 @@ class LoadedModel:
         latency = (time.perf_counter() - start) * 1e3
         outputs = [r.to_numpy() for r in results]
         if self._sharing is None:
-            self._sharing = _outputs_sharing_inputs(outputs, buffers)
+            self._sharing = _outputs_sharing_memory(outputs, buffers)
         for i in self._sharing:
             outputs[i] = outputs[i].copy()
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -189,7 +189,7 @@ class LoadedModel:
         )
 
 
-def _outputs_sharing_inputs(outputs: list[np.ndarray], inputs: list[Any]) -> list[int]:
+def _outputs_sharing_memory(outputs: list[np.ndarray], inputs: list[Any]) -> list[int]:
     """The outputs lying in an input's or a weight's memory, or in an earlier
     output's.
 

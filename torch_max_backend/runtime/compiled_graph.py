@@ -65,7 +65,7 @@ def _span(tensor: torch.Tensor) -> tuple[int, int]:
     return start, start + tensor.numel() * tensor.element_size()
 
 
-def outputs_sharing_inputs(
+def outputs_sharing_memory(
     results: Sequence[torch.Tensor], inputs: Sequence[Buffer]
 ) -> list[int]:
     """The results that lie in the memory of one of MAX's inputs, or of an
@@ -138,7 +138,7 @@ class CompiledGraph:
         )
         # MAX outputs that are an input's own memory (found at the first call:
         # which outputs MAX aliases is decided when it compiles), copied at
-        # every call (outputs_sharing_inputs).
+        # every call (outputs_sharing_memory).
         self._sharing: list[int] | None = None
 
     @no_type_check
@@ -189,7 +189,7 @@ class CompiledGraph:
         else:
             results = [_to_torch(b) for b in buffers]
         if self._sharing is None:
-            self._sharing = outputs_sharing_inputs(results, inputs)
+            self._sharing = outputs_sharing_memory(results, inputs)
         for i in self._sharing:
             results[i] = results[i].clone()
         return results
