@@ -121,3 +121,82 @@ def test_attention_with_a_nan_key_gives_nan_rows_as_in_eager(max_calls):
     # The step's backward, compiled with its forward, runs too.
     sum(o.nan_to_num().sum() for o in outputs).backward()
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+
+
+def test_elu_family_passes_the_gradient_of_a_nan_input_as_in_eager(max_calls):
+    # torch's elu_backward takes the positive slope where ``x <= 0`` is false,
+    # NaN included; the negative slope's exp(NaN) made that gradient inf.
+    def fn(x):
+        return (F.elu(x) + F.selu(x) + F.celu(x, alpha=0.5)).sum()
+
+    x = _with_nans()[0].requires_grad_()
+    compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
+    (got,) = torch.autograd.grad(compiled(x), x)
+    (want,) = torch.autograd.grad(fn(x), x)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+
+
+def test_sort_and_topk_order_nans_and_infinities_as_in_eager(max_calls):
+    # torch orders NaN above +inf; MAX's top_k left a row holding a NaN
+    # unsorted. Rows are sorted along both dims, in three float dtypes.
+    def fn(x, d, h):
+        outputs = []
+        for t in (x, d, h):
+            for dim in (-1, 0):
+                outputs += [*torch.sort(t, dim), *torch.sort(t, dim, descending=True)]
+            outputs += [*torch.topk(t, 3), *torch.topk(t, 2, largest=False)]
+        return outputs
+
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor(
+        [
+            [3.0, nan, 1.0, -inf, 2.0, inf],
+            [0.5, -2.0, inf, nan, -inf, 4.0],
+            [nan, 7.0, -1.0, 6.0, 5.0, -3.0],
+            [2.5, 1.5, -0.5, 9.0, 8.0, -7.0],
+        ]
+    )
+    check_against_eager(fn, x, x.double(), x.bfloat16())
+    assert max_calls.count == 1
+
+
+def test_a_value_compared_with_or_subtracted_from_itself_keeps_its_nans(max_calls):
+    # MAX simplifies x != x to false, x == x and x >= x to true and x - x to
+    # 0, right only for finite x. x != x is the NaN test of torch's own
+    # nanmean decomposition and of users' code; the detach makes no copy.
+    def fn(x):
+        return (
+            x != x,
+            x == x,
+            x >= x,
+            x <= x,
+            x > x,
+            x < x,
+            x - x,
+            x - x.detach(),
+            torch.nanmean(x),
+            torch.nanmean(x, 1),
+        )
+
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[1.5, nan, inf, -0.0], [-inf, 2.0, nan, 3.0]])
+    check_against_eager(fn, x)
+    assert max_calls.count == 1
+
+
+def test_scatter_max_and_min_keep_reduced_nans_as_in_eager(max_calls):
+    # MAX's scatter_max and scatter_min skip a NaN; torch's keep it.
+    def fn(base, src, index):
+        return (
+            base.scatter_reduce(0, index, src, "amax"),
+            base.scatter_reduce(0, index, src, "amin", include_self=False),
+            base.scatter_reduce(0, index, src, "amax", include_self=False),
+        )
+
+    nan = float("nan")
+    base = torch.tensor([0.0, nan, 0.0, 5.0])
+    src = torch.tensor([1.0, 2.0, nan, -1.0, 3.0, -4.0])
+    index = torch.tensor([0, 0, 1, 2, 2, 0])
+    check_against_eager(fn, base, src, index)
+    assert max_calls.count == 1

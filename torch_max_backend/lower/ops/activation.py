@@ -220,7 +220,10 @@ def elu_backward(
         slope = ops.mul(i, ops.add(x, ops.mul(s, a)))
     else:
         slope = ops.mul(ops.mul(ops.mul(s, a), i), ops.exp(ops.mul(x, i)))
-    return ops.mul(grad_output, ops.where(_positive(x), s, slope))
+    # torch takes the positive slope wherever ``x <= 0`` is false, NaN
+    # included (where the negative slope's exp(NaN) would give inf).
+    at_most_zero = ops.greater_equal(as_tensor(0, x.dtype), x)
+    return ops.mul(grad_output, ops.where(at_most_zero, slope, s))
 
 
 @lowering(aten.hardtanh.default)

@@ -28,11 +28,33 @@ def _compare(
 ) -> None:
     def lower(self: Operand, other: Operand) -> TensorValue:
         a, b = promote(self, other)
-        return fn(b, a) if swap else fn(a, b)
+        result = fn(b, a) if swap else fn(a, b)
+        if not (isinstance(self, TensorValue) and isinstance(other, TensorValue)):
+            return result
+        return _with_nans_unequal(fn, a, result)
 
     lower.__name__ = op.__name__.replace(".", "_")
     lower.__doc__ = str(op._schema).removeprefix("aten::")
     lowering(op)(lower)
+
+
+def _with_nans_unequal(
+    fn: Callable[[TensorValue, TensorValue], TensorValue],
+    a: TensorValue,
+    result: TensorValue,
+) -> TensorValue:
+    """``result`` of comparing two float tensors, NaN unequal to itself.
+
+    MAX simplifies a comparison of a value with itself (``x != x`` to false,
+    ``x == x`` and ``x >= x`` to true), right only where x is not NaN; views
+    and merged repeats make such pairs out of different nodes. When the
+    operands differ, a NaN in ``a`` decides the result the same way, so the
+    correction changes nothing there."""
+    if not a.dtype.is_float() or fn is ops.greater:
+        return result  # x > x is false, as for a NaN
+    if fn is ops.not_equal:
+        return ops.logical_or(result, ops.is_nan(a))
+    return ops.logical_and(result, ops.logical_not(ops.is_nan(a)))
 
 
 for _name, _fn, _swap in [

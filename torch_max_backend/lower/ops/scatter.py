@@ -143,6 +143,8 @@ def scatter_reduce(
         )
         base = _scatter_with(ops.scatter, self, dim, index, fill)
     total = _scatter_with(_REDUCERS[reduce], base, dim, index, src)
+    if reduce in ("amax", "amin") and self.dtype.is_float():
+        return _with_nans_kept(total, base, dim, index, src)
     if reduce != "mean":
         return total
     ones = ops.broadcast_to(as_tensor(1, self.dtype), list(index.shape))
@@ -154,6 +156,27 @@ def scatter_reduce(
     safe = ops.where(untouched, as_tensor(1, self.dtype), counts)
     mean = ops.div(total, safe) if self.dtype.is_float() else ops.floor_div(total, safe)
     return ops.where(untouched, self, mean)
+
+
+def _with_nans_kept(
+    total: TensorValue,
+    base: TensorValue,
+    dim: int,
+    index: TensorValue,
+    src: TensorValue,
+) -> TensorValue:
+    """``total`` of a max or min scatter, NaN where a NaN was reduced: MAX's
+    scatter_max and scatter_min skip NaNs, torch's keep them."""
+    dt = base.dtype
+    nans = _scatter_with(
+        ops.scatter_add,
+        ops.cast(ops.is_nan(base), dt),
+        dim,
+        index,
+        ops.cast(ops.is_nan(src), dt),
+    )
+    reduced_a_nan = ops.greater(nans, as_tensor(0, dt))
+    return ops.where(reduced_a_nan, as_tensor(float("nan"), dt), total)
 
 
 @lowering(aten.select_scatter.default)
