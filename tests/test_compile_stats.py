@@ -72,3 +72,19 @@ def test_second_model_of_same_architecture_is_a_cache_hit(max_calls):
     assert stats.cache_hits == 1
     assert stats.max_compiles == once
     assert max_calls.of("inference") == 3
+
+
+def test_a_training_graph_called_forward_only_leaves_nothing_pending():
+    # The step's backward compiles in one MAX module with its forward: once
+    # the forward has run, nothing is pending, backward() called or not.
+    def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x * y).sin()
+
+    x = torch.randn(3, 4, requires_grad=True)
+    y = torch.randn(3, 4)
+    compiled = torch.compile(product, backend=max_backend)
+    out = compiled(x, y)
+    assert compile_stats().pending == 0
+    out.sum().backward()
+    assert compile_stats().pending == 0
+    torch.testing.assert_close(x.grad, (x * y).cos().detach() * y)

@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import logs
 from .background import Finish, compile_in_background, compiled_together
-from .deferred import FirstCallWaits
+from .deferred import FirstCallWaits, once, when_all_done
 from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning, Placement, needs_torch, settle, start_split
 from .fallback import warn as warn_fallback
@@ -115,11 +115,15 @@ def compile_aten_graph(
     if gathering() and kind != "inference":
         # max_backend gathers a step's forward and backward into one MAX
         # module, compiled once both are handed over: wait at the first call.
+        # Pending until the module is compiled, called or not.
+        settled = once(lambda: add_pending(-1))
         try:
             with gathered():
-                return FirstCallWaits(_start_compile(gm, settings, name, fingerprint))
+                return FirstCallWaits(
+                    _start_compile(gm, settings, name, fingerprint, settled)
+                )
         except BaseException:
-            add_pending(-1)
+            settled()
             raise
     try:
         with alone():  # no backward follows: nothing to gather it with
@@ -158,12 +162,17 @@ def _compile(
 
 
 def _start_compile(
-    gm: torch.fx.GraphModule, settings: Settings, name: str, fingerprint: str | None
+    gm: torch.fx.GraphModule,
+    settings: Settings,
+    name: str,
+    fingerprint: str | None,
+    when_ready: Callable[[], None] = lambda: None,
 ) -> Finish:
     """Build ``gm`` and start compiling it; the returned function waits for
     the compile and gives the callable (``_compile`` in two halves, so that
     several graphs' compiles can be started, and gathered, before any wait).
-    A whole graph compiled is recorded under ``fingerprint`` (warm_start.py)."""
+    A whole graph compiled is recorded under ``fingerprint`` (warm_start.py).
+    ``when_ready`` is called once every compile started here is over."""
     placement = Placement(settings)
     builds = _Builds()
     try:
@@ -172,16 +181,17 @@ def _start_compile(
         if settings.strict:
             raise
         refused = e
+        when_ready()
         return lambda: _in_pytorch(gm, name, refused)
     if whole is None:
-        finish_split = start_split(
-            gm,
-            placement,
-            name,
-            lambda block, block_name: _start_max(
-                block, builds.build(block), settings, block_name
-            ),
-        )
+        blocks: list[Future] = []
+
+        def start_block(block: torch.fx.GraphModule, block_name: str) -> Future:
+            blocks.append(_start_max(block, builds.build(block), settings, block_name))
+            return blocks[-1]
+
+        finish_split = start_split(gm, placement, name, start_block)
+        when_all_done(blocks, when_ready)
 
         def finish_blocks() -> Callable[[list], list]:
             split, report = finish_split()
@@ -190,6 +200,7 @@ def _start_compile(
 
         return finish_blocks
     ready = _start_max(gm, whole, settings, name, fingerprint)
+    when_all_done([ready], when_ready)
 
     def finish_whole() -> Callable[[list], list]:
         try:

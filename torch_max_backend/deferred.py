@@ -7,17 +7,18 @@ compiles (the benchmark MLP's step: 39 s against 63 s, AMD EPYC), but the
 module can only start once both were handed over, so neither compiler call
 may wait for its own graph: each returns this, which waits at the first
 call (Dynamo calls the forward right after compiling it; the backward
-waits at the first ``backward()``).
+waits at the first ``backward()``). Each stays pending in compile_stats()
+until its module is compiled, whether or not it is ever called.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any, no_type_check
 
 from .background import Finish
-from .runtime.stats import add_pending
 
 
 class FirstCallWaits:
@@ -46,8 +47,6 @@ class FirstCallWaits:
             except BaseException as e:
                 self._error = e
                 raise
-            finally:
-                add_pending(-1)
             return self._compiled
 
     @no_type_check  # every call of a training graph passes here
@@ -56,3 +55,41 @@ class FirstCallWaits:
         if compiled is None:
             compiled = self._wait()
         return compiled(args)
+
+
+def once(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn``, run at its first call only (later calls do nothing)."""
+    lock = threading.Lock()
+    ran = False
+
+    def call() -> None:
+        nonlocal ran
+        with lock:
+            if ran:
+                return
+            ran = True
+        fn()
+
+    return call
+
+
+def when_all_done(futures: Sequence[Future], callback: Callable[[], None]) -> None:
+    """Call ``callback`` once every one of ``futures`` is done (at once when
+    there are none): a gathered graph's compile is over when its module's
+    is, whether or not anything has called the graph yet."""
+    remaining = len(futures)
+    if not remaining:
+        callback()
+        return
+    lock = threading.Lock()
+
+    def one_done(_: Future) -> None:
+        nonlocal remaining
+        with lock:
+            remaining -= 1
+            last = remaining == 0
+        if last:
+            callback()
+
+    for future in futures:
+        future.add_done_callback(one_done)
