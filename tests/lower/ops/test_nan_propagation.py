@@ -144,6 +144,25 @@ def test_elu_family_passes_the_gradient_of_a_nan_input_as_in_eager(max_calls):
     _check_gradient_of_nans(fn, max_calls)
 
 
+def test_hardtanh_and_relu6_pass_the_gradient_of_a_nan_input_as_in_eager(max_calls):
+    # torch zeroes the gradient where x <= min or x >= max, so a NaN passes
+    # it; a test of min < x < max zeroed it.
+    def fn(x):
+        return (F.hardtanh(x) + F.relu6(x) * 2).sum()
+
+    _check_gradient_of_nans(fn, max_calls)
+
+
+def test_log_softmax_rows_holding_a_nan_get_nan_gradients_as_in_eager(max_calls):
+    # Its backward took MAX's exp, exp(NaN) = inf: the rows' gradients (a
+    # cross-entropy's too) came out infinite where torch's are NaN.
+    def fn(x):
+        target = torch.tensor([1, 3, 0])
+        return F.log_softmax(x, 0).sum() + F.cross_entropy(x, target)
+
+    _check_gradient_of_nans(fn, max_calls)
+
+
 def test_sort_and_topk_order_nans_and_infinities_as_in_eager(max_calls):
     # torch orders NaN above +inf; MAX's top_k left a row holding a NaN
     # unsorted. Rows are sorted along both dims, in three float dtypes.

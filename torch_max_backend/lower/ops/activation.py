@@ -17,6 +17,7 @@ from .elementwise import (
     at_least,
     at_most,
     keep_nan,
+    torch_exp,
     torch_sigmoid,
     torch_tanh,
 )
@@ -115,7 +116,7 @@ def log_softmax_backward(
 ) -> TensorValue:
     """_log_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) -> Tensor"""
     axis = normalize_dim(dim, output.rank)
-    return ops.sub(grad_output, ops.mul(ops.exp(output), ops.sum(grad_output, axis)))
+    return ops.sub(grad_output, ops.mul(torch_exp(output), ops.sum(grad_output, axis)))
 
 
 @lowering(aten.threshold_backward.default)
@@ -240,11 +241,13 @@ def hardtanh_backward(
 ) -> TensorValue:
     """hardtanh_backward(Tensor grad_output, Tensor self, Scalar min_val, Scalar max_val) -> Tensor"""
     dt = self.dtype
-    inside = ops.logical_and(
-        ops.greater(self, as_tensor(min_val, dt)),
-        ops.greater(as_tensor(max_val, dt), self),
+    # torch passes the gradient wherever x <= min and x >= max are both
+    # false, a NaN included.
+    outside = ops.logical_or(
+        ops.greater_equal(as_tensor(min_val, dt), self),
+        ops.greater_equal(self, as_tensor(max_val, dt)),
     )
-    return ops.where(inside, grad_output, as_tensor(0, grad_output.dtype))
+    return ops.where(outside, as_tensor(0, grad_output.dtype), grad_output)
 
 
 @lowering(aten.leaky_relu.default)
