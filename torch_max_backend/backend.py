@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,8 +32,8 @@ from .lower.builder import (
     BuiltGraph,
     build_graph,
     check_supported,
+    computes_nothing,
     graph_fingerprint,
-    is_size_arithmetic,
     without_repeats,
 )
 from .lower.families import register_families
@@ -130,24 +129,6 @@ def compile_aten_graph(
             return _compile(gm, settings, name, fingerprint)
     finally:
         add_pending(-1)
-
-
-def computes_nothing(gm: torch.fx.GraphModule) -> bool:
-    """Whether every op of ``gm`` is a view (``detach``, ``view``, ``t``...),
-    tuple indexing or size arithmetic: nothing to compute, nothing written."""
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target is operator.getitem or is_size_arithmetic(node):
-            continue
-        target = node.target
-        if (
-            not isinstance(target, torch._ops.OpOverload)
-            or not target.is_view
-            or target._schema.is_mutable
-        ):
-            return False
-    return True
 
 
 def _compile(

@@ -124,7 +124,7 @@ def test_opinfo_batch_matches_eager(batch, monkeypatch):
         missing = ops - compiled_ops
         if missing <= VIEW_OPS or all(_is_view(op) for op in missing):
             # Views of inputs, replayed by AOTAutograd (see VIEW_OPS); a graph
-            # of views alone runs in PyTorch (backend.computes_nothing).
+            # of views alone runs in PyTorch (lower.builder.computes_nothing).
             continue
         if missing:
             eager[case.name] = sorted(missing)

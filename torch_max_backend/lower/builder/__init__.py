@@ -12,6 +12,7 @@ import torch
 
 from .capability import (
     check_supported,
+    computes_nothing,
     find_unsupported,
     is_size_arithmetic,
     strategy_of,
@@ -28,6 +29,7 @@ __all__ = [
     "InputPlan",
     "build_graph",
     "check_supported",
+    "computes_nothing",
     "find_unsupported",
     "graph_device",
     "graph_fingerprint",

@@ -1,7 +1,8 @@
 """The capability check: can every node of a graph be lowered, and if not, why.
 
 Read before anything is built: by the backend's strict mode (one error listing
-every unsupported op), by the partitioner, and by ``explain()``.
+every unsupported op), by the partitioner, and by ``explain()``; and whether a
+graph needs MAX at all (``computes_nothing``: views alone run in PyTorch).
 """
 
 from __future__ import annotations
@@ -43,6 +44,24 @@ def lowering_of(node: torch.fx.Node) -> LoweringFn | None:
 def is_size_arithmetic(node: torch.fx.Node) -> bool:
     """Python arithmetic on sizes, or indexing into an op's tuple result."""
     return node.op == "call_function" and node.target in SYM_FUNCTIONS
+
+
+def computes_nothing(gm: torch.fx.GraphModule) -> bool:
+    """Whether every op of ``gm`` is a view (``detach``, ``view``, ``t``...),
+    tuple indexing or size arithmetic: nothing to compute, nothing written."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem or is_size_arithmetic(node):
+            continue
+        target = node.target
+        if (
+            not isinstance(target, torch._ops.OpOverload)
+            or not target.is_view
+            or target._schema.is_mutable
+        ):
+            return False
+    return True
 
 
 def why_unsupported(node: torch.fx.Node) -> tuple[str, str, str] | None:
