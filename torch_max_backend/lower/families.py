@@ -24,6 +24,7 @@ FAMILIES: tuple[str, ...] = (
     "layer_backward",
     "linalg",
     "logic",
+    "loss_backward",
     "max_pooling",
     "normalization",
     "padding",

@@ -18,6 +18,7 @@ OUTSIDE_OPINFO = (
     "aten.leaky_relu_backward.default",
     "aten.sigmoid_backward.default",
     "aten.silu_backward.default",
+    "aten.softshrink_backward.default",
     "aten.tanh_backward.default",
     "aten.threshold_backward.default",
 )

@@ -153,6 +153,23 @@ def test_hardtanh_and_relu6_pass_the_gradient_of_a_nan_input_as_in_eager(max_cal
     _check_gradient_of_nans(fn, max_calls)
 
 
+def test_smooth_l1_loss_and_softshrink_pass_the_gradient_of_a_nan_input(max_calls):
+    # torch's decompositions of their backward test ``|x| < beta`` (and take
+    # sign(NaN) = 0), so a NaN input got a 0 gradient; eager's kernels test
+    # x <= -beta and x >= beta, which a NaN fails, and pass it on.
+    def fn(x):
+        target = torch.linspace(-1.0, 1.0, 12).reshape(3, 4)
+        weights = torch.arange(12.0).reshape(3, 4)
+        return (
+            F.smooth_l1_loss(x, target, beta=0.5)
+            + F.smooth_l1_loss(x, target, beta=0.0, reduction="sum")
+            + (F.smooth_l1_loss(x, target, reduction="none") * weights).sum()
+            + F.softshrink(x, 0.5).sum()
+        )
+
+    _check_gradient_of_nans(fn, max_calls)
+
+
 def test_log_softmax_rows_holding_a_nan_get_nan_gradients_as_in_eager(max_calls):
     # Its backward took MAX's exp, exp(NaN) = inf: the rows' gradients (a
     # cross-entropy's too) came out infinite where torch's are NaN.

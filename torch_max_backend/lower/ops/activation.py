@@ -250,6 +250,21 @@ def hardtanh_backward(
     return ops.where(outside, as_tensor(0, grad_output.dtype), grad_output)
 
 
+@lowering(aten.softshrink_backward.default)
+def softshrink_backward(
+    grad_output: TensorValue, self: TensorValue, lambd: Operand
+) -> TensorValue:
+    """softshrink_backward(Tensor grad_output, Tensor self, Scalar lambd) -> Tensor"""
+    dt = self.dtype
+    # As eager: zero where -lambd <= x <= lambd, so a NaN passes the gradient
+    # (torch's decomposition zeroed it).
+    inside = ops.logical_and(
+        ops.greater_equal(self, ops.negate(as_tensor(lambd, dt))),
+        ops.greater_equal(as_tensor(lambd, dt), self),
+    )
+    return ops.where(inside, as_tensor(0, grad_output.dtype), grad_output)
+
+
 @lowering(aten.leaky_relu.default)
 def leaky_relu(self: TensorValue, negative_slope: Operand = 0.01) -> TensorValue:
     """leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor"""

@@ -49,7 +49,7 @@ def sub(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
     sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
     """
     a, b = promote(self, other)
-    return _difference(a, _scaled(b, alpha))
+    return difference(a, _scaled(b, alpha))
 
 
 @lowering(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -58,10 +58,10 @@ def rsub(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
     rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
     """
     a, b = promote(self, other)
-    return _difference(b, _scaled(a, alpha))
+    return difference(b, _scaled(a, alpha))
 
 
-def _difference(a: TensorValue, b: TensorValue) -> TensorValue:
+def difference(a: TensorValue, b: TensorValue) -> TensorValue:
     """a - b. MAX simplifies a value minus itself to 0, where torch gives
     NaN for a NaN or an infinity (``x - x.detach()`` is one such pair)."""
     if a.to_mlir() != b.to_mlir() or not a.dtype.is_float():
