@@ -21,7 +21,6 @@ import torch
 import torch.testing._internal.common_utils as common_utils
 import torch.testing._internal.opinfo.core as opinfo_core
 from graph_text import foldable_ops
-from torch._decomp import core_aten_decompositions
 from torch._functorch.aot_autograd import aot_function
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -30,13 +29,16 @@ from torch_max_backend.lower.builder import build_graph
 from torch_max_backend.lower.coverage import core_overloads
 from torch_max_backend.lower.registry import (
     MAPPING_TORCH_ATEN_TO_MAX,
+    core_and_extra_decompositions,
     decomposition_table,
 )
 
 # ATen ops whose results are random: compared by shape and dtype only.
 RANDOM_OPS = {
     "aten.rand.default",
+    "aten.rand_like.default",
     "aten.randn.default",
+    "aten.randn_like.default",
     "aten.randperm.default",
     "aten.native_dropout.default",
 }
@@ -229,13 +231,14 @@ def _lowered_names() -> frozenset[str]:
 
 @functools.cache
 def _core_decompositions() -> dict[Any, Any]:
-    # torch's table materializes itself (0.15 s) at every len() AOTAutograd takes.
-    return dict(core_aten_decompositions().items())
+    # torch's core table and the few we add (each ends in ops we lower).
+    return core_and_extra_decompositions()
 
 
 def maps_onto_core(case: Case) -> bool:
-    """Whether PyTorch's core decompositions turn the case into core ops only,
-    or into ops that are not core but that we lower (as_strided_scatter)."""
+    """Whether PyTorch's core decompositions (and the few the registry adds)
+    turn the case into core ops only, or into ops that are not core but that
+    we lower (as_strided_scatter, max over all elements)."""
     try:
         sample = case.samples[0]
         graphs = trace(sample.fn, sample.inputs(), _core_decompositions())

@@ -1,9 +1,9 @@
 """PyTorch's OpInfo database through torch.compile(backend=max_backend), in float32.
 
-Cases are the OpInfo entries that PyTorch's core decompositions turn into
-core ATen ops only. Graph building is checked for every case (fast); the
-numerical check compiles the passing cases in ``BATCHES`` shared graphs
-against eager. ``TORCH_MAX_BACKEND_OPINFO_SAMPLES=N`` checks N samples per
+Cases are the OpInfo entries that PyTorch's core decompositions (and the few
+the registry adds) turn into core ATen ops and the non-core ops we lower.
+Graph building is checked for every case (fast); the numerical check
+compiles the passing cases in ``BATCHES`` shared graphs against eager. ``TORCH_MAX_BACKEND_OPINFO_SAMPLES=N`` checks N samples per
 case instead of one (slower: more and larger graphs).
 """
 

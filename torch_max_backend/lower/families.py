@@ -19,6 +19,7 @@ FAMILIES: tuple[str, ...] = (
     "creation",
     "elementwise",
     "embedding",
+    "float_functions",
     "foreach",
     "indexing",
     "layer_backward",

@@ -224,14 +224,31 @@ def unsupported_reason(fn: LoweringFn, node: torch.fx.Node) -> str | None:
 
 # Non-core ops that AOTAutograd leaves in graphs and that PyTorch can
 # decompose into core ops (training-mode batch norm and its backward).
+_aten = torch.ops.aten
 _EXTRA_DECOMPOSITIONS = [
-    torch.ops.aten._native_batch_norm_legit_functional.default,
-    torch.ops.aten.native_batch_norm_backward.default,
+    _aten._native_batch_norm_legit_functional.default,
+    _aten.native_batch_norm_backward.default,
+    # Non-core ops whose torch decompositions end in ops we lower (others'
+    # end in prims, and are lowered in their own right where we do).
+    _aten.addmv.default,
+    _aten.adaptive_max_pool3d.default,
+    _aten.as_strided_copy.default,
+    _aten.bucketize.Tensor,
+    _aten.diagonal_scatter.default,
+    _aten.dist.default,
+    _aten.ldexp.Tensor,
+    _aten.narrow_copy.default,
+    _aten.new_empty_strided.default,
+    _aten.permute_copy.default,
+    _aten.unbind_copy.int,
+    _aten.unfold.default,
+    _aten.unfold_copy.default,
+    _aten.view_copy.default,
 ]
 
 
 @functools.cache
-def _core_and_extra_decompositions() -> dict[OpOverload, Callable[..., Any]]:
+def core_and_extra_decompositions() -> dict[OpOverload, Callable[..., Any]]:
     """torch's core ATen decompositions and ours, read once per process:
     materializing torch's table walks every operator's registrations
     (0.1-0.2 s a call, which every compile and every traced test case paid)."""
@@ -250,6 +267,6 @@ def decomposition_table() -> dict[OpOverload, Callable[..., Any]]:
     register_families()
     return {
         op: fn
-        for op, fn in _core_and_extra_decompositions().items()
+        for op, fn in core_and_extra_decompositions().items()
         if op not in MAPPING_TORCH_ATEN_TO_MAX
     }

@@ -55,6 +55,17 @@ def test_arithmetic_and_math(max_calls):
     assert max_calls.count == 1
 
 
+def test_negating_unsigned_integers_wraps_around_as_in_eager(max_calls):
+    # MAX's negate takes signed values only: the graph failed to compile.
+    def fn(u, i):
+        return -u, -(u * 3), -i
+
+    u = torch.tensor([0, 1, 7, 128, 255], dtype=torch.uint8)
+    i = torch.tensor([0, 1, -128, 127, -5], dtype=torch.int8)
+    check_against_eager(fn, u, i)
+    assert max_calls.count == 1
+
+
 def test_comparisons_logic_and_where(max_calls):
     def fn(x, y, i):
         return (

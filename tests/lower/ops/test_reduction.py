@@ -74,3 +74,27 @@ def test_extremes_of_infinities_and_nans_as_in_eager(max_calls):
     x[4, 1] = float("-inf")
     check_against_eager(fn, x)
     assert max_calls.count == 1
+
+
+def test_max_and_min_of_all_elements_as_in_eager(max_calls):
+    # Tensor.max() and .min(), a non-core op of their own: NaN wins, int64
+    # beyond float64's integers and bool keep their exact values.
+    floats = torch.tensor([[1.0, -float("inf")], [3.0, 0.5]])
+    with_nan = torch.tensor([1.0, float("nan"), 5.0])
+    big = torch.tensor([2**53 + 1, 2**53, -(2**62)], dtype=torch.int64)
+    flags = torch.tensor([False, True, False])
+
+    def fn(floats, with_nan, big, flags):
+        return (
+            floats.max(),
+            floats.min(),
+            with_nan.max(),
+            with_nan.min(),
+            big.max(),
+            big.min(),
+            flags.max(),
+            flags.min(),
+        )
+
+    check_against_eager(fn, floats, with_nan, big, flags)
+    assert max_calls.count == 1

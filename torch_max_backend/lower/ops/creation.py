@@ -67,6 +67,22 @@ def empty(
     return _filled(size, 0)
 
 
+@lowering(aten.empty_permuted.default)
+def empty_permuted(
+    size: Sequence[SizeLike],
+    physical_layout: Sequence[int],
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+) -> TensorValue:
+    """empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    # empty_like of a strided tensor; the layout is torch's affair (our
+    # outputs are laid out by torch's meta), the values anything.
+    return _filled(size, 0)
+
+
 @lowering(aten.scalar_tensor.default)
 def scalar_tensor(
     s: Operand,

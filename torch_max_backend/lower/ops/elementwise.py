@@ -14,11 +14,13 @@ import torch._inductor.inductor_prims  # defines prims.fma, lowered below
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
+from ...dtypes import to_torch_dtype
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
 
 aten = torch.ops.aten
 prims = torch.ops.prims
+_UNSIGNED = (DType.uint8, DType.uint16, DType.uint32, DType.uint64)
 
 
 def _is_one(x: Operand) -> bool:
@@ -157,6 +159,11 @@ def fmod(self: Operand, other: Operand) -> TensorValue:
 @lowering(aten.neg.default)
 def neg(self: TensorValue) -> TensorValue:
     """neg(Tensor self) -> Tensor"""
+    if self.dtype in _UNSIGNED:
+        # MAX negates signed values only (and turns 0 - x into a negation):
+        # (largest - x) + 1 wraps around to torch's 2^bits - x.
+        largest = as_tensor(torch.iinfo(to_torch_dtype(self.dtype)).max, self.dtype)
+        return ops.add(ops.sub(largest, self), as_tensor(1, self.dtype))
     return ops.negate(self)
 
 

@@ -1,4 +1,4 @@
-"""Random ops: rand, randn, randperm and dropout, on MAX's random generators.
+"""Random ops: rand, randn (and their _like forms), randperm and dropout, on MAX's random generators.
 
 Every graph with a random op takes a fresh seed drawn from torch's default
 generator at each call (see graph_builder.SEED): results change from call to
@@ -50,6 +50,34 @@ def randn(
 ) -> TensorValue:
     """randn(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
     return ops.random.gaussian(_like(size), mean=0.0, std=1.0)
+
+
+@lowering(aten.rand_like.default, random=True)
+def rand_like(
+    self: TensorValue,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+    memory_format: torch.memory_format | None = None,
+) -> TensorValue:
+    """rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"""
+    return ops.random.uniform(_like(list(self.shape)), range=(0, 1))
+
+
+@lowering(aten.randn_like.default, random=True)
+def randn_like(
+    self: TensorValue,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+    memory_format: torch.memory_format | None = None,
+) -> TensorValue:
+    """randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"""
+    return ops.random.gaussian(_like(list(self.shape)), mean=0.0, std=1.0)
 
 
 @lowering(aten.randperm.default, random=True)

@@ -121,6 +121,18 @@ def amin(
     return _reduce(self, dim, keepdim, torch_min)
 
 
+@lowering(aten.max.default)
+def max_all(self: TensorValue) -> TensorValue:
+    """max(Tensor self) -> Tensor"""
+    return _reduce(self, None, False, torch_max)
+
+
+@lowering(aten.min.default)
+def min_all(self: TensorValue) -> TensorValue:
+    """min(Tensor self) -> Tensor"""
+    return _reduce(self, None, False, torch_min)
+
+
 def _any(
     x: TensorValue, dims: Sequence[int] | int | None, keepdim: bool
 ) -> TensorValue:
