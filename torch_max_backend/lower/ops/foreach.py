@@ -205,7 +205,9 @@ def foreach_powsum(
     self: Sequence[TensorValue], ord: float = 2, dtype: torch.dtype | None = None
 ) -> list[TensorValue]:
     """_foreach_powsum.Scalar(Tensor[] self, Scalar ord=2, ScalarType? dtype=None) -> Tensor[]"""
-    return _each(len(self), lambda i: power_sum(self[i], ord))
+    return _each(
+        len(self), lambda i: as_tensor(power_sum(self[i], ord), out_max_dtype())
+    )
 
 
 @lowering(aten._foreach_max.default)

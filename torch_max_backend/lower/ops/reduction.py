@@ -11,6 +11,7 @@ from max.graph import Dim, TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 from max.graph.ops.reduction import min as reduce_min
 
+from ...dtypes import accumulation_dtype
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype
 from ..shapes import normalize_dim, normalize_dims, numel, size_value
@@ -18,6 +19,18 @@ from ..shapes import normalize_dim, normalize_dims, numel, size_value
 aten = torch.ops.aten
 
 Reducer = Callable[[TensorValue, int], TensorValue]
+
+
+def _wide(self: Operand) -> TensorValue:
+    """``self`` in the dtype torch accumulates the node's output in: its
+    kernels add half-precision values in float32 and round once at the end
+    (MAX's would round at every step: float16 sums 20x further off)."""
+    return as_tensor(self, accumulation_dtype(out_max_dtype()))
+
+
+def _narrow(x: TensorValue) -> TensorValue:
+    """An accumulated result back in the node's output dtype."""
+    return as_tensor(x, out_max_dtype())
 
 
 def _reduce(
@@ -78,13 +91,13 @@ def sum_dim(
     dtype: torch.dtype | None = None,
 ) -> TensorValue:
     """sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
-    return _reduce(as_tensor(self, out_max_dtype()), dim, keepdim, ops.sum)
+    return _narrow(_reduce(_wide(self), dim, keepdim, ops.sum))
 
 
 @lowering(aten.sum.default)
 def sum_all(self: TensorValue, *, dtype: torch.dtype | None = None) -> TensorValue:
     """sum(Tensor self, *, ScalarType? dtype=None) -> Tensor"""
-    return _reduce(as_tensor(self, out_max_dtype()), None, False, ops.sum)
+    return _narrow(_reduce(_wide(self), None, False, ops.sum))
 
 
 @lowering(aten.mean.dim)
@@ -96,13 +109,13 @@ def mean_dim(
     dtype: torch.dtype | None = None,
 ) -> TensorValue:
     """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
-    return _reduce(as_tensor(self, out_max_dtype()), dim, keepdim, ops.mean)
+    return _narrow(_reduce(_wide(self), dim, keepdim, ops.mean))
 
 
 @lowering(aten.mean.default)
 def mean_all(self: TensorValue, *, dtype: torch.dtype | None = None) -> TensorValue:
     """mean(Tensor self, *, ScalarType? dtype=None) -> Tensor"""
-    return _reduce(as_tensor(self, out_max_dtype()), None, False, ops.mean)
+    return _narrow(_reduce(_wide(self), None, False, ops.mean))
 
 
 @lowering(aten.amax.default)
@@ -167,7 +180,15 @@ def var(
     keepdim: bool = False,
 ) -> TensorValue:
     """var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor"""
-    x = as_tensor(self, out_max_dtype())
+    return _narrow(_variance(_wide(self), dim, correction, keepdim))
+
+
+def _variance(
+    x: TensorValue,
+    dim: Sequence[int] | None,
+    correction: Operand | None,
+    keepdim: bool,
+) -> TensorValue:
     axes = normalize_dims(dim, x.rank)
     mean = _reduce(x, axes, True, ops.mean)
     centered = ops.sub(x, mean)
@@ -208,10 +229,10 @@ def cumsum(
     self: TensorValue, dim: int, *, dtype: torch.dtype | None = None
 ) -> TensorValue:
     """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
-    x = as_tensor(self, out_max_dtype())
+    x = _wide(self)
     if x.rank == 0:
-        return x
-    return ops.cumsum(x, axis=normalize_dim(dim, x.rank))
+        return _narrow(x)
+    return _narrow(ops.cumsum(x, axis=normalize_dim(dim, x.rank)))
 
 
 @lowering(aten.var_mean.correction)
@@ -223,9 +244,9 @@ def var_mean(
     keepdim: bool = False,
 ) -> tuple[TensorValue, TensorValue]:
     """var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""
-    x = as_tensor(self, out_max_dtype())
-    mean = _reduce(x, dim, keepdim, ops.mean)
-    return var(x, dim, correction=correction, keepdim=keepdim), mean
+    x = _wide(self)
+    mean = _narrow(_reduce(x, dim, keepdim, ops.mean))
+    return _narrow(_variance(x, dim, correction, keepdim)), mean
 
 
 @lowering(aten.var.dim)
@@ -242,7 +263,7 @@ def var_dim(
 @lowering(aten.prod.default)
 def prod_all(self: TensorValue, *, dtype: torch.dtype | None = None) -> TensorValue:
     """prod(Tensor self, *, ScalarType? dtype=None) -> Tensor"""
-    return _reduce(as_tensor(self, out_max_dtype()), None, False, ops.prod)
+    return _narrow(_reduce(_wide(self), None, False, ops.prod))
 
 
 @lowering(aten.prod.dim_int)
@@ -254,7 +275,7 @@ def prod_dim(
     dtype: torch.dtype | None = None,
 ) -> TensorValue:
     """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
-    return _reduce(as_tensor(self, out_max_dtype()), dim, keepdim, ops.prod)
+    return _narrow(_reduce(_wide(self), dim, keepdim, ops.prod))
 
 
 def _zero_index(shape: list[Dim | int], x: TensorValue) -> TensorValue:
@@ -342,8 +363,9 @@ def min_dim(
 def power_sum(
     x: TensorValue, ord: float, dims: Sequence[int] | None = None, keepdim: bool = False
 ) -> TensorValue:
-    """sum(|x| ** ord) over ``dims`` in the output dtype (ord 0 counts non-zeros)."""
-    a = ops.abs(as_tensor(x, out_max_dtype()))
+    """sum(|x| ** ord) over ``dims``, accumulated as torch does (float32 for
+    half precision; ord 0 counts non-zeros)."""
+    a = ops.abs(_wide(x))
     if ord == 0:
         a = ops.cast(ops.not_equal(a, as_tensor(0, a.dtype)), a.dtype)
     elif ord == 2:
@@ -369,7 +391,7 @@ def linalg_vector_norm(
         return _reduce(a, dim, keepdim, torch_max if ord > 0 else torch_min)
     total = power_sum(self, ord, dim, keepdim)
     if ord in (0, 1):
-        return total
+        return _narrow(total)
     if ord == 2:
-        return ops.sqrt(total)
-    return ops.pow(total, as_tensor(1 / ord, total.dtype))
+        return _narrow(ops.sqrt(total))
+    return _narrow(ops.pow(total, as_tensor(1 / ord, total.dtype)))
