@@ -8,6 +8,7 @@ signatures stay those of the ATen schema.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ class LoweringContext:
     twins: ChannelsLastTwins
     # For ops over tensor lists (_foreach_*): the list element being built.
     element: int | None = None
+    # Set while a half-precision node's math is built in float32 (opmath.py):
+    # the dtype its lowering computes in, reported as its output dtype.
+    computed_in: torch.dtype | None = None
 
     @property
     def out_meta(self) -> object:
@@ -39,6 +43,8 @@ class LoweringContext:
 
     @property
     def out_dtype(self) -> torch.dtype:
+        if self.computed_in is not None:
+            return self.computed_in
         meta = self.out_meta
         if isinstance(meta, (list, tuple)):
             meta = meta[0]
@@ -72,7 +78,17 @@ def lowering_node(
 def list_element(index: int) -> Iterator[None]:
     """Build element ``index`` of a list-valued node, with that element's meta."""
     ctx = current()
-    token = _CURRENT.set(LoweringContext(ctx.node, ctx.device, ctx.twins, index))
+    token = _CURRENT.set(dataclasses.replace(ctx, element=index))
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def computing_in(dtype: torch.dtype) -> Iterator[None]:
+    """Build the current node's math in ``dtype``: ``out_dtype`` says it."""
+    token = _CURRENT.set(dataclasses.replace(current(), computed_in=dtype))
     try:
         yield
     finally:

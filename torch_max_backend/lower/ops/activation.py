@@ -9,6 +9,7 @@ import torch
 from max.graph import TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 
+from ..opmath import opmath
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
 from ..shapes import normalize_dim
@@ -32,24 +33,28 @@ def relu(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.gelu.default)
+@opmath
 def gelu(self: TensorValue, *, approximate: str = "none") -> TensorValue:
     """gelu(Tensor self, *, str approximate="none") -> Tensor"""
     return ops.gelu(self, approximate=approximate)
 
 
 @lowering(aten.silu.default)
+@opmath
 def silu(self: TensorValue) -> TensorValue:
     """silu(Tensor self) -> Tensor"""
     return ops.silu(self)
 
 
 @lowering(aten.sigmoid.default)
+@opmath
 def sigmoid(self: TensorValue) -> TensorValue:
     """sigmoid(Tensor self) -> Tensor"""
     return torch_sigmoid(self)
 
 
 @lowering(aten.tanh.default)
+@opmath
 def tanh(self: TensorValue) -> TensorValue:
     """tanh(Tensor self) -> Tensor"""
     return torch_tanh(self)
@@ -130,6 +135,7 @@ def threshold_backward(
 
 
 @lowering(aten.tanh_backward.default)
+@opmath
 def tanh_backward(grad_output: TensorValue, output: TensorValue) -> TensorValue:
     """tanh_backward(Tensor grad_output, Tensor output) -> Tensor"""
     one = as_tensor(1, output.dtype)
@@ -137,6 +143,7 @@ def tanh_backward(grad_output: TensorValue, output: TensorValue) -> TensorValue:
 
 
 @lowering(aten.sigmoid_backward.default)
+@opmath
 def sigmoid_backward(grad_output: TensorValue, output: TensorValue) -> TensorValue:
     """sigmoid_backward(Tensor grad_output, Tensor output) -> Tensor"""
     one = as_tensor(1, output.dtype)
@@ -144,6 +151,7 @@ def sigmoid_backward(grad_output: TensorValue, output: TensorValue) -> TensorVal
 
 
 @lowering(aten.gelu_backward.default)
+@opmath
 def gelu_backward(
     grad_output: TensorValue, self: TensorValue, *, approximate: str = "none"
 ) -> TensorValue:
@@ -170,6 +178,7 @@ def gelu_backward(
 
 
 @lowering(aten.silu_backward.default)
+@opmath
 def silu_backward(grad_output: TensorValue, self: TensorValue) -> TensorValue:
     """silu_backward(Tensor grad_output, Tensor self) -> Tensor"""
     s = ops.sigmoid(self)
@@ -187,6 +196,7 @@ def _positive(x: TensorValue) -> TensorValue:
 
 
 @lowering(aten.elu.default)
+@opmath
 def elu(
     self: TensorValue,
     alpha: Operand = 1,
@@ -204,6 +214,7 @@ def elu(
 
 
 @lowering(aten.elu_backward.default)
+@opmath
 def elu_backward(
     grad_output: TensorValue,
     alpha: Operand,

@@ -15,6 +15,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ...dtypes import to_torch_dtype
+from ..opmath import opmath
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
 
@@ -94,6 +95,7 @@ def fma(a: TensorValue, b: TensorValue, c: TensorValue) -> TensorValue:
 
 
 @lowering(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor)
+@opmath
 def div(self: Operand, other: Operand) -> TensorValue:
     """div.Tensor(Tensor self, Tensor other) -> Tensor
     div.Scalar(Tensor self, Scalar other) -> Tensor
@@ -255,6 +257,7 @@ def _integral_power(x: TensorValue, n: int) -> TensorValue:
 
 
 @lowering(aten.pow.Tensor_Scalar, lift_scalars=False)
+@opmath
 def pow_tensor_scalar(self: TensorValue, exponent: float | int | bool) -> TensorValue:
     """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor"""
     x = as_tensor(self, out_max_dtype())
@@ -277,6 +280,7 @@ def pow_tensor_scalar(self: TensorValue, exponent: float | int | bool) -> Tensor
 
 
 @lowering(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+@opmath
 def pow_tensor(self: Operand, exponent: Operand) -> TensorValue:
     """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor
     pow.Scalar(Scalar self, Tensor exponent) -> Tensor
@@ -288,34 +292,38 @@ def pow_tensor(self: Operand, exponent: Operand) -> TensorValue:
 # -- unary math: computed in the output dtype (integers promote to float) ------
 
 
-def _unary(op: torch._ops.OpOverload, fn: Callable[[TensorValue], TensorValue]) -> None:
+def _unary(
+    op: torch._ops.OpOverload, fn: Callable[[TensorValue], TensorValue], exact: bool
+) -> None:
     def lower(self: TensorValue) -> TensorValue:
         return fn(as_tensor(self, out_max_dtype()))
 
     lower.__name__ = op.__name__.split(".")[0]
     lower.__doc__ = str(op._schema).removeprefix("aten::")
-    lowering(op)(lower)
+    # Functions whose result is exact in any dtype need no float32 opmath.
+    lowering(op)(lower if exact else opmath(lower))
 
 
-for _op, _fn in [
-    (aten.abs.default, ops.abs),
-    (aten.exp.default, torch_exp),
-    (aten.log.default, ops.log),
-    (aten.log1p.default, ops.log1p),
-    (aten.sqrt.default, ops.sqrt),
-    (aten.rsqrt.default, ops.rsqrt),
-    (aten.sin.default, ops.sin),
-    (aten.cos.default, ops.cos),
-    (aten.erf.default, ops.erf),
-    (aten.floor.default, ops.floor),
-    (aten.ceil.default, ops.ceil),
-    (aten.trunc.default, ops.trunc),
-    (aten.round.default, ops.round),
+for _op, _fn, _exact in [
+    (aten.abs.default, ops.abs, True),
+    (aten.exp.default, torch_exp, False),
+    (aten.log.default, ops.log, False),
+    (aten.log1p.default, ops.log1p, False),
+    (aten.sqrt.default, ops.sqrt, False),
+    (aten.rsqrt.default, ops.rsqrt, False),
+    (aten.sin.default, ops.sin, False),
+    (aten.cos.default, ops.cos, False),
+    (aten.erf.default, ops.erf, False),
+    (aten.floor.default, ops.floor, True),
+    (aten.ceil.default, ops.ceil, True),
+    (aten.trunc.default, ops.trunc, True),
+    (aten.round.default, ops.round, True),
 ]:
-    _unary(_op, _fn)
+    _unary(_op, _fn, _exact)
 
 
 @lowering(aten.reciprocal.default)
+@opmath
 def reciprocal(self: TensorValue) -> TensorValue:
     """reciprocal(Tensor self) -> Tensor"""
     x = as_tensor(self, out_max_dtype())
@@ -323,6 +331,7 @@ def reciprocal(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.expm1.default)
+@opmath
 def expm1(self: TensorValue) -> TensorValue:
     """expm1(Tensor self) -> Tensor"""
     return accurate_expm1(as_tensor(self, out_max_dtype()))
@@ -368,6 +377,7 @@ def isinf(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.log2.default)
+@opmath
 def log2(self: TensorValue) -> TensorValue:
     """log2(Tensor self) -> Tensor"""
     x = as_tensor(self, out_max_dtype())
@@ -375,6 +385,7 @@ def log2(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.log10.default)
+@opmath
 def log10(self: TensorValue) -> TensorValue:
     """log10(Tensor self) -> Tensor"""
     x = as_tensor(self, out_max_dtype())

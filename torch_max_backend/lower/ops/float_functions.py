@@ -15,6 +15,7 @@ import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
+from ..opmath import opmath
 from ..registry import lowering
 from ..scalars import Operand, as_tensor, out_max_dtype, promote
 from .elementwise import torch_exp
@@ -34,6 +35,7 @@ def exp2(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.hypot.default)
+@opmath
 def hypot(self: TensorValue, other: TensorValue) -> TensorValue:
     """hypot(Tensor self, Tensor other) -> Tensor"""
     a, b = (ops.abs(v) for v in promote(self, other))

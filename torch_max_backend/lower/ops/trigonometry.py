@@ -12,6 +12,7 @@ import math
 import torch
 from max.graph import TensorValue, ops
 
+from ..opmath import opmath
 from ..registry import lowering
 from ..scalars import Operand, as_tensor, out_max_dtype
 from .elementwise import accurate_expm1, torch_exp
@@ -57,6 +58,7 @@ def _atan(x: TensorValue) -> TensorValue:
 
 
 @lowering(aten.atan.default)
+@opmath
 def atan(self: TensorValue) -> TensorValue:
     """atan(Tensor self) -> Tensor"""
     return _atan(_in_out_dtype(self))
@@ -85,6 +87,7 @@ def _atan2(y: TensorValue, x: TensorValue) -> TensorValue:
 
 
 @lowering(aten.atan2.default)
+@opmath
 def atan2(self: Operand, other: Operand) -> TensorValue:
     """atan2(Tensor self, Tensor other) -> Tensor"""
     out = out_max_dtype()
@@ -99,6 +102,7 @@ def atan2_out(self: Operand, other: Operand, *, out: TensorValue) -> TensorValue
 
 
 @lowering(aten.asin.default)
+@opmath
 def asin(self: TensorValue) -> TensorValue:
     """asin(Tensor self) -> Tensor"""
     x = _in_out_dtype(self)
@@ -109,6 +113,7 @@ def asin(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.acos.default)
+@opmath
 def acos(self: TensorValue) -> TensorValue:
     """acos(Tensor self) -> Tensor"""
     x = _in_out_dtype(self)
@@ -118,6 +123,7 @@ def acos(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.tan.default)
+@opmath
 def tan(self: TensorValue) -> TensorValue:
     """tan(Tensor self) -> Tensor"""
     x = _in_out_dtype(self)
@@ -125,6 +131,7 @@ def tan(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.sinh.default)
+@opmath
 def sinh(self: TensorValue) -> TensorValue:
     """sinh(Tensor self) -> Tensor"""
     x = _in_out_dtype(self)
@@ -133,6 +140,7 @@ def sinh(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.cosh.default)
+@opmath
 def cosh(self: TensorValue) -> TensorValue:
     """cosh(Tensor self) -> Tensor"""
     x = _in_out_dtype(self)
@@ -140,6 +148,7 @@ def cosh(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.asinh.default)
+@opmath
 def asinh(self: TensorValue) -> TensorValue:
     """asinh(Tensor self) -> Tensor"""
     x = _in_out_dtype(self)
@@ -155,6 +164,7 @@ def asinh(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.acosh.default)
+@opmath
 def acosh(self: TensorValue) -> TensorValue:
     """acosh(Tensor self) -> Tensor"""
     x = _in_out_dtype(self)
@@ -165,6 +175,7 @@ def acosh(self: TensorValue) -> TensorValue:
 
 
 @lowering(aten.atanh.default)
+@opmath
 def atanh(self: TensorValue) -> TensorValue:
     """atanh(Tensor self) -> Tensor"""
     x = _in_out_dtype(self)
