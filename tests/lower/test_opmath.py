@@ -24,6 +24,8 @@ def _functions(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         torch.pow(x.abs(), x / 4),
         x / 3.7,
         torch.log(x.abs() + 0.1),
+        torch.softmax(x.reshape(40, -1), -1),
+        torch.log_softmax(x.reshape(40, -1), 0),
     )
 
 
