@@ -11,6 +11,8 @@ from .family_check import check_family
 # Lowerings no core OpInfo case reaches (backward, optimizer and non-core
 # overloads): training, model and hand-written tests exercise them.
 OUTSIDE_OPINFO = (
+    "aten.adaptive_max_pool2d_backward.default",
+    "aten.adaptive_max_pool3d_backward.default",
     "aten._adaptive_avg_pool2d_backward.default",
     "aten._adaptive_avg_pool3d_backward.default",
     "aten.avg_pool2d_backward.default",

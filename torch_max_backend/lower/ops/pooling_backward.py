@@ -101,6 +101,22 @@ def max_pool3d_with_indices_backward(
     return _max_pool_backward(grad_output, self, indices, 3)
 
 
+@lowering(aten.adaptive_max_pool2d_backward.default, supports=static_sizes)
+def adaptive_max_pool2d_backward(
+    grad_output: TensorValue, self: TensorValue, indices: TensorValue
+) -> TensorValue:
+    """adaptive_max_pool2d_backward(Tensor grad_output, Tensor self, Tensor indices) -> Tensor"""
+    return _max_pool_backward(grad_output, self, indices, 2)
+
+
+@lowering(aten.adaptive_max_pool3d_backward.default, supports=static_sizes)
+def adaptive_max_pool3d_backward(
+    grad_output: TensorValue, self: TensorValue, indices: TensorValue
+) -> TensorValue:
+    """adaptive_max_pool3d_backward(Tensor grad_output, Tensor self, Tensor indices) -> Tensor"""
+    return _max_pool_backward(grad_output, self, indices, 3)
+
+
 # -- average pooling ----------------------------------------------------------------
 
 
