@@ -59,9 +59,11 @@ def ops_markdown() -> str:
         "and any limit, which its capability check reports as unsupported "
         "instead of computing it wrong); *decomposed*: PyTorch's decompositions "
         "rewrite it into lowered ops; *gap*: not supported, for the reason "
-        "given. Lowerings compute in the op's own dtype: float32, float16, "
+        "given. Lowerings take the op's own dtype: float32, float16, "
         "bfloat16, float64, integers and bool, wherever PyTorch accepts them, "
-        "unless a note says otherwise. The OpInfo sweep "
+        "unless a note says otherwise; as PyTorch's kernels, they compute "
+        "float16 and bfloat16 functions and reductions in float32 and round "
+        "once. The OpInfo sweep "
         "(tests/opinfo) checks them against eager PyTorch.\n\n"
         + core_table
         + "\n\n## Beyond core\n\n"
