@@ -94,18 +94,21 @@ def _nan_rows_as_torch(
 
 
 @lowering(aten._softmax.default)
+@opmath
 def softmax(self: TensorValue, dim: int, half_to_float: bool) -> TensorValue:
     """_softmax(Tensor self, int dim, bool half_to_float) -> Tensor"""
     return _along_last(self, dim, _nan_rows_as_torch(ops.softmax))
 
 
 @lowering(aten._log_softmax.default)
+@opmath
 def log_softmax(self: TensorValue, dim: int, half_to_float: bool) -> TensorValue:
     """_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor"""
     return _along_last(self, dim, _nan_rows_as_torch(ops.logsoftmax))
 
 
 @lowering(aten._softmax_backward_data.default)
+@opmath
 def softmax_backward(
     grad_output: TensorValue, output: TensorValue, dim: int, input_dtype: torch.dtype
 ) -> TensorValue:
@@ -116,6 +119,7 @@ def softmax_backward(
 
 
 @lowering(aten._log_softmax_backward_data.default)
+@opmath
 def log_softmax_backward(
     grad_output: TensorValue, output: TensorValue, dim: int, input_dtype: torch.dtype
 ) -> TensorValue:
