@@ -289,7 +289,7 @@ def pow_tensor(self: Operand, exponent: Operand) -> TensorValue:
     return ops.pow(as_tensor(self, out), as_tensor(exponent, out))
 
 
-# -- unary math: computed in the output dtype (integers promote to float) ------
+# -- unary math: in the output dtype (integers promote to float, halves opmath) -
 
 
 def _unary(
