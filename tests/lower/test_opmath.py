@@ -72,3 +72,37 @@ def test_half_precision_softmax_gradients_are_as_accurate_as_eager(max_calls):
     eagers = (want.double() - truth).abs().max()
     assert ours <= eagers * 1.1, (ours, eagers)
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+
+
+def test_half_precision_batched_products_and_convolutions_accumulate_in_float32(
+    max_calls,
+):
+    # MAX's CPU batched matmul and convolutions added float16/bfloat16
+    # products in half precision: 5-8 ulps of the output's scale off the
+    # float64 result, where eager's are within half an ulp.
+    def fn(a, b, small, big, filters):
+        return (
+            torch.matmul(a, b),
+            F.conv2d(small, filters, padding=1),  # the im2col strategy
+            F.conv2d(big, filters, padding=1),  # MAX's own kernel
+        )
+
+    torch.manual_seed(0)
+    for dtype in (torch.float16, torch.bfloat16):
+        args = [
+            torch.randn(2, 8, 576),
+            torch.randn(2, 576, 196),
+            torch.randn(2, 64, 14, 14),
+            torch.randn(2, 64, 32, 32),
+            torch.randn(8, 64, 3, 3) * 0.1,
+        ]
+        args = [a.to(dtype) for a in args]
+        compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
+        for got, want, exact in zip(
+            compiled(*args), fn(*args), fn(*(a.double() for a in args)), strict=True
+        ):
+            ulp = torch.finfo(dtype).eps * exact.abs().max()
+            ours = (got.double() - exact).abs().max() / ulp
+            eagers = (want.double() - exact).abs().max() / ulp
+            assert ours <= max(2 * eagers, 1.0), (dtype, ours, eagers)
+    assert max_calls.count == 2

@@ -13,6 +13,7 @@ from max.graph.type import ConvInputLayout, FilterLayout
 from ...kernels.library import SHIPPED, custom
 from ..context import current
 from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
+from ..opmath import accumulated
 from ..registry import Strategy, lowering_strategies
 from ..shapes import SizeLike, static_size
 from ..transposed_conv import over_unit_height, pair, per_axis, transposed_conv2d
@@ -148,7 +149,8 @@ def _conv2d_as_matmul(
         cols = ops.rebind(cols, [n, rows, *size])
     matrix = ops.reshape(weight, [1, out_channels, rows])
     pixels = ops.reshape(cols, [n, rows, size[0] * size[1]])
-    out = ops.reshape(ops.matmul(matrix, pixels), [n, out_channels, *size])
+    product = accumulated(ops.matmul, matrix, pixels)
+    out = ops.reshape(product, [n, out_channels, *size])
     if symbolic:
         out = ops.rebind(out, [n, out_channels, out_h, out_w])
     return _add_bias(out, bias)
@@ -319,17 +321,24 @@ def direct_conv2d(
     pad_h, pad_w = pair(padding, 0)
     # NHWC input and RSCF filter: the layouts MAX's conv2d handles on every device.
     twins = current().twins  # channels-last values kept between ops
-    out = ops.conv2d(
-        twins.channels_last(input),
-        ops.permute(weight, [2, 3, 1, 0]),
-        stride=pair(stride, 1),
-        dilation=pair(dilation, 1),
-        padding=(pad_h, pad_h, pad_w, pad_w),
-        groups=groups,
-        bias=bias,
-        input_layout=ConvInputLayout.NHWC,
-        filter_layout=FilterLayout.RSCF,
-    )
+
+    def conv(
+        image: TensorValue, filters: TensorValue, bias: TensorValue | None = None
+    ) -> TensorValue:
+        return ops.conv2d(
+            image,
+            filters,
+            stride=pair(stride, 1),
+            dilation=pair(dilation, 1),
+            padding=(pad_h, pad_h, pad_w, pad_w),
+            groups=groups,
+            bias=bias,
+            input_layout=ConvInputLayout.NHWC,
+            filter_layout=FilterLayout.RSCF,
+        )
+
+    image, filters = twins.channels_last(input), ops.permute(weight, [2, 3, 1, 0])
+    out = accumulated(conv, image, filters, *([] if bias is None else [bias]))
     return twins.channels_first(out)
 
 

@@ -13,6 +13,7 @@ from max.graph import TensorType, TensorValue, ops
 from ...kernels.library import SHIPPED, custom
 from ..context import current
 from ..kit import arg_tensor, fake_tensor, is_static, node_arg, same_sizes
+from ..opmath import accumulated
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
 from .reduction import torch_max
@@ -150,7 +151,7 @@ mm = lowering_strategies(
 @lowering(aten.bmm.default)
 def bmm(self: TensorValue, mat2: TensorValue) -> TensorValue:
     """bmm(Tensor self, Tensor mat2) -> Tensor"""
-    return ops.matmul(self, mat2)
+    return accumulated(ops.matmul, self, mat2)
 
 
 def _addmm_by(
