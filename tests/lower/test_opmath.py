@@ -106,3 +106,27 @@ def test_half_precision_batched_products_and_convolutions_accumulate_in_float32(
             eagers = (want.double() - exact).abs().max() / ulp
             assert ours <= max(2 * eagers, 1.0), (dtype, ours, eagers)
     assert max_calls.count == 2
+
+
+def test_half_precision_convolution_gradients_accumulate_in_float32(max_calls):
+    # The weight's gradient sums over every batch row and pixel, the input's
+    # over every filter tap: in half precision both drifted from eager.
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 12, 12).to(torch.bfloat16).requires_grad_()
+    w = (torch.randn(32, 16, 3, 3) * 0.1).to(torch.bfloat16).requires_grad_()
+    out_grad = torch.randn(4, 32, 12, 12).to(torch.bfloat16)
+
+    def fn(x, w):
+        return (F.conv2d(x, w, padding=1) * out_grad).sum()
+
+    compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
+    got = torch.autograd.grad(compiled(x, w), (x, w))
+    want = torch.autograd.grad(fn(x, w), (x, w))
+    exact_args = [t.detach().double().requires_grad_() for t in (x, w)]
+    exact = torch.autograd.grad(fn(*exact_args), exact_args)
+    for g, e, t in zip(got, want, exact, strict=True):
+        ulp = torch.finfo(torch.bfloat16).eps * t.abs().max()
+        ours = (g.double() - t).abs().max() / ulp
+        eagers = (e.double() - t).abs().max() / ulp
+        assert ours <= max(2 * eagers, 1.0), (ours, eagers)
+    assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1

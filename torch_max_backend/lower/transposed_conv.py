@@ -13,6 +13,8 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
+from .opmath import accumulated
+
 
 def per_axis(values: Sequence[int], count: int, default: int) -> tuple[int, ...]:
     """torch's stride/padding/dilation lists: empty, one for all axes, or one each."""
@@ -95,14 +97,17 @@ def transposed_conv2d(
     w = ops.permute(w, [3, 4, 1, 0, 2])
     w = ops.reshape(w, [kh, kw, o // groups, groups * c_per_group])
     w = flip(flip(w, 0), 1)
-    out = ops.conv2d(
-        x,
-        w,
-        stride=(1, 1),
-        dilation=dilation,
-        padding=(pads[0], pads[1], pads[2], pads[3]),
-        groups=groups,
-        input_layout=ConvInputLayout.NHWC,
-        filter_layout=FilterLayout.RSCF,
-    )
-    return ops.permute(out, [0, 3, 1, 2])
+
+    def conv(image: TensorValue, filters: TensorValue) -> TensorValue:
+        return ops.conv2d(
+            image,
+            filters,
+            stride=(1, 1),
+            dilation=dilation,
+            padding=(pads[0], pads[1], pads[2], pads[3]),
+            groups=groups,
+            input_layout=ConvInputLayout.NHWC,
+            filter_layout=FilterLayout.RSCF,
+        )
+
+    return ops.permute(accumulated(conv, x, w), [0, 3, 1, 2])
