@@ -69,10 +69,10 @@ def accumulated(
     product: Callable[..., TensorValue], *operands: TensorValue
 ) -> TensorValue:
     """``product`` of half-precision ``operands`` on the CPU, taken in float32
-    and rounded once: MAX's CPU batched matmul and convolutions add
-    float16/bfloat16 products in half precision (5-8 ulps of the output's
-    scale off, where torch's are within half an ulp; its 2-d matmul already
-    accumulates in float32). GPUs keep their half-precision kernels."""
+    and rounded once: MAX's CPU batched matmul, convolutions and average
+    pooling add float16/bfloat16 terms in half precision (5-8 ulps of the
+    output's scale off, where torch's are within half an ulp; its 2-d matmul
+    already accumulates in float32). GPUs keep their half-precision kernels."""
     dtype = operands[0].dtype
     if dtype not in _HALF_MAX or not current().device.is_cpu():
         return product(*operands)

@@ -15,6 +15,7 @@ from max.graph import TensorValue, ops
 
 from ..context import current
 from ..kit import all_of, node_arg
+from ..opmath import accumulated
 from ..registry import lowering
 from ..windows import (
     adaptive_windows,
@@ -120,16 +121,18 @@ def avg_pool2d(
         )
     x, unbatched = batched(self)
     twins = current().twins  # channels-last values kept between ops
-    out = twins.channels_first(
-        ops.avg_pool2d(
-            twins.channels_last(x),
+
+    def pool(image: TensorValue) -> TensorValue:
+        return ops.avg_pool2d(
+            image,
             (kernel[0], kernel[1]),
             stride=(strides[0], strides[1]),
             padding=(pads[0], pads[1]),
             # Equal to count_include_pad here, and the setting MAX gets right.
             count_boundary=True,
         )
-    )
+
+    out = twins.channels_first(accumulated(pool, twins.channels_last(x)))
     return ops.squeeze(out, 0) if unbatched else out
 
 

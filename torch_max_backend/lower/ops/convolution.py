@@ -275,17 +275,25 @@ def conv3d(
     d = per_axis(padding, 3, 0)
     # NDHWC input and QRSCF filter, MAX's layouts for conv3d.
     twins = current().twins  # channels-last values kept between ops
-    out = ops.conv3d(
-        twins.channels_last(input),
-        ops.permute(weight, [2, 3, 4, 1, 0]),
-        stride=per_axis(stride, 3, 1),
-        dilation=per_axis(dilation, 3, 1),
-        padding=(d[0], d[0], d[1], d[1], d[2], d[2]),
-        groups=groups,
-        bias=bias,
-        input_layout=ConvInputLayout.NHWC,
-        filter_layout=FilterLayout.QRSCF,
-    )
+
+    def conv(
+        image: TensorValue, filters: TensorValue, bias: TensorValue | None = None
+    ) -> TensorValue:
+        return ops.conv3d(
+            image,
+            filters,
+            stride=per_axis(stride, 3, 1),
+            dilation=per_axis(dilation, 3, 1),
+            padding=(d[0], d[0], d[1], d[1], d[2], d[2]),
+            groups=groups,
+            bias=bias,
+            input_layout=ConvInputLayout.NHWC,
+            filter_layout=FilterLayout.QRSCF,
+        )
+
+    image = twins.channels_last(input)
+    filters = ops.permute(weight, [2, 3, 4, 1, 0])
+    out = accumulated(conv, image, filters, *([] if bias is None else [bias]))
     return twins.channels_first(out)
 
 

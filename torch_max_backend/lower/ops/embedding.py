@@ -13,7 +13,7 @@ import torch
 from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
-from ...dtypes import to_max_dtype
+from ...dtypes import accumulation_dtype, to_max_dtype
 from ..context import current
 from ..kit import fake_tensor, has_no_elements, node_arg, schema_args
 from ..registry import lowering
@@ -214,15 +214,20 @@ def embedding_bag(
         output, max_indices = _bag_max(rows, indices, bag, keep, counts, num_bags)
         max_indices = ops.cast(max_indices, index_dtype)
     else:
+        # Half-precision rows are added in float32 and rounded once, as
+        # torch's kernel does (in float16, 15 ulps off a 500-row bag's sum).
+        total = accumulation_dtype(weight.dtype)
+        rows = as_tensor(rows, total)
         if per_sample_weights is not None:
-            rows = ops.mul(rows, _column(per_sample_weights))
-        rows = ops.where(_column(keep), rows, as_tensor(0, rows.dtype))
+            rows = ops.mul(rows, _column(as_tensor(per_sample_weights, total)))
+        rows = ops.where(_column(keep), rows, as_tensor(0, total))
         output = ops.scatter_nd_add(
-            _filled(0, weight.dtype, [num_bags, weight.shape[1]]), rows, _column(bag)
+            _filled(0, total, [num_bags, weight.shape[1]]), rows, _column(bag)
         )
         if mode == MODE_MEAN:
             divisor = ops.max(counts, as_tensor(1, DType.int64))
             output = ops.div(output, _column(ops.cast(divisor, output.dtype)))
+        output = as_tensor(output, weight.dtype)
     # torch zeroes bag_size in sum mode, and copies it into max_indices
     # outside max mode. The forward-only op's meta sizes bag_size by the
     # offsets (one more than the bags with include_last_offset, allowed
