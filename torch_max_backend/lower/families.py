@@ -17,6 +17,7 @@ FAMILIES: tuple[str, ...] = (
     "avg_pooling",
     "convolution",
     "creation",
+    "cumulative",
     "elementwise",
     "embedding",
     "float_functions",

@@ -83,8 +83,9 @@ def test_max_and_min_of_all_elements_as_in_eager(max_calls):
     with_nan = torch.tensor([1.0, float("nan"), 5.0])
     big = torch.tensor([2**53 + 1, 2**53, -(2**62)], dtype=torch.int64)
     flags = torch.tensor([False, True, False])
+    masks = torch.tensor([[False, True, True], [False, False, False]])
 
-    def fn(floats, with_nan, big, flags):
+    def fn(floats, with_nan, big, flags, masks):
         return (
             floats.max(),
             floats.min(),
@@ -94,9 +95,13 @@ def test_max_and_min_of_all_elements_as_in_eager(max_calls):
             big.min(),
             flags.max(),
             flags.min(),
+            # Along an inner axis, bool's reduction failed MAX's compile.
+            masks.max(1),
+            masks.min(1),
+            masks.amax(1),
         )
 
-    check_against_eager(fn, floats, with_nan, big, flags)
+    check_against_eager(fn, floats, with_nan, big, flags, masks)
     assert max_calls.count == 1
 
 

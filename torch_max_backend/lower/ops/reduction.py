@@ -56,6 +56,8 @@ def _extreme(x: TensorValue, axis: int, largest: bool) -> TensorValue:
     holding a NaN the extreme of the others, where torch gives the infinity
     and NaN.
     """
+    if x.dtype == DType.bool:  # MAX fails to compile it along an inner axis
+        return ops.cast(_extreme(ops.cast(x, DType.uint8), axis, largest), x.dtype)
     best = (reduce_max if largest else reduce_min)(x, axis)
     if not x.dtype.is_float():
         return best
@@ -306,6 +308,8 @@ def _arg_reduce(
     x: TensorValue, dim: int | None, keepdim: bool, fn: Reducer
 ) -> TensorValue:
     """Index of the first extreme along ``dim`` (over the flattened tensor if None)."""
+    if x.dtype == DType.bool:  # max.dim's indices, as in _extreme
+        x = ops.cast(x, DType.uint8)
     fn = _nan_first(fn)
     if dim is None:
         if all(d == 1 for d in x.shape):  # also rank 0
