@@ -90,7 +90,10 @@ def compile_aten_graph(
             gm.print_readable(print_output=False),
         )
     worker_count(settings.compile_workers)  # the first compile fixes it
-    fingerprint = graph_fingerprint(gm)
+    # An inference graph's outputs reach the caller as they are: they keep
+    # eager's strides and aliasing (lower/builder/eager_layouts.py).
+    layouts = kind == "inference"
+    fingerprint = graph_fingerprint(gm, layouts)
     # Whoever reads the MAX graphs (verbose) gets them built, not skipped.
     if fingerprint is not None and not _graphs_log.isEnabledFor(logging.DEBUG):
         warm = start_warm(gm, fingerprint, settings)
@@ -106,7 +109,9 @@ def compile_aten_graph(
         return compile_in_background(
             name,
             gm,
-            lambda copied: _start_compile(copied, settings, name, fingerprint),
+            lambda copied: _start_compile(
+                copied, settings, name, fingerprint, eager_layouts=layouts
+            ),
             strict=settings.strict,
             verbose=settings.verbose,
         )
@@ -119,26 +124,32 @@ def compile_aten_graph(
         try:
             with gathered():
                 return FirstCallWaits(
-                    _start_compile(gm, settings, name, fingerprint, settled)
+                    _start_compile(gm, settings, name, fingerprint, settled, layouts)
                 )
         except BaseException:
             settled()
             raise
     try:
         with alone():  # no backward follows: nothing to gather it with
-            return _compile(gm, settings, name, fingerprint)
+            return _compile(gm, settings, name, fingerprint, layouts)
     finally:
         add_pending(-1)
 
 
 def _compile(
-    gm: torch.fx.GraphModule, settings: Settings, name: str, fingerprint: str | None
+    gm: torch.fx.GraphModule,
+    settings: Settings,
+    name: str,
+    fingerprint: str | None,
+    eager_layouts: bool,
 ) -> Callable[[list], list]:
     """``gm`` on MAX: whole, split around ops that run in PyTorch (its blocks
     compiled together as one module), or (when MAX cannot take it and not
     ``strict``) in PyTorch."""
     with gathered():
-        finish = _start_compile(gm, settings, name, fingerprint)
+        finish = _start_compile(
+            gm, settings, name, fingerprint, eager_layouts=eager_layouts
+        )
     return finish()
 
 
@@ -148,6 +159,7 @@ def _start_compile(
     name: str,
     fingerprint: str | None,
     when_ready: Callable[[], None] = lambda: None,
+    eager_layouts: bool = False,
 ) -> Finish:
     """Build ``gm`` and start compiling it; the returned function waits for
     the compile and gives the callable (``_compile`` in two halves, so that
@@ -155,7 +167,7 @@ def _start_compile(
     A whole graph compiled is recorded under ``fingerprint`` (warm_start.py).
     ``when_ready`` is called once every compile started here is over."""
     placement = Placement(settings)
-    builds = _Builds()
+    builds = _Builds(eager_layouts)
     try:
         whole = settle(gm, placement, builds.build)
     except MaxCompilerError as e:
@@ -201,7 +213,8 @@ class _Builds:
     takes its graph from here instead of building it again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, eager_layouts: bool) -> None:
+        self._eager_layouts = eager_layouts
         self._built: dict[tuple[tuple[str, str], ...], BuiltGraph] = {}
 
     def build(self, gm: torch.fx.GraphModule) -> BuiltGraph:
@@ -214,7 +227,7 @@ class _Builds:
             # One build at a time: background builders and the caller's
             # thread share MAX's graph-building context.
             with _BUILD_LOCK, unset_fake_temporarily():
-                built = build_graph(gm)
+                built = build_graph(gm, self._eager_layouts)
             record_stats(graphs_built=1, build_seconds=time.perf_counter() - start)
             self._built[key] = built
         return built

@@ -72,6 +72,15 @@ def _every_kind_of_plan() -> GraphPlan:
             OutputSlot(OutputKind.DIM, 0, 1),
             OutputSlot(OutputKind.CONST, value=2.5),
             OutputSlot(OutputKind.EXPR, expr=("mul", ("size", 0, 1), ("int", 3))),
+            OutputSlot(
+                OutputKind.GRAPH,
+                1,
+                layout=(
+                    (("size", 0, 0), ("int", 2)),
+                    (("int", 1), ("int", 4)),
+                    ("int", 3),
+                ),
+            ),
         ),
         mutated=(1,),
         num_graph_outputs=2,
@@ -95,6 +104,9 @@ def test_a_plan_survives_json_and_comes_back_equal():
         (lambda d: d["outputs"][3].update(value="os.system"), "must be a number"),
         (lambda d: d.update(mutated=["1"]), "must be an int"),
         (lambda d: d.update(written_back=[[0, None]]), "written-back output"),
+        (lambda d: d["outputs"][5]["layout"][0].pop(), "as many sizes as strides"),
+        (lambda d: d["outputs"][5].update(layout=[[], []]), "sizes, strides, offset"),
+        (lambda d: d["outputs"][5]["layout"].__setitem__(2, ["eval"]), "unknown size"),
     ],
 )
 def test_a_damaged_plan_is_refused_with_the_reason(damage, message):

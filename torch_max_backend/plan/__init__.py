@@ -6,7 +6,14 @@ neither torch nor MAX nor sympy, pickles, and can be sent to a worker process
 or written beside an exported graph.
 """
 
-from .graph_plan import GraphPlan, InputKind, InputSource, OutputKind, OutputSlot
+from .graph_plan import (
+    GraphPlan,
+    InputKind,
+    InputSource,
+    Layout,
+    OutputKind,
+    OutputSlot,
+)
 from .plan_json import plan_from_data, plan_to_data
 from .size_expr import SizeExpr, SizeFunction, compile_size_expr
 
@@ -14,6 +21,7 @@ __all__ = [
     "GraphPlan",
     "InputKind",
     "InputSource",
+    "Layout",
     "OutputKind",
     "OutputSlot",
     "SizeExpr",

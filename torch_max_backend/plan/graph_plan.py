@@ -30,15 +30,27 @@ class OutputKind(enum.Enum):
     CONST = "const"  # ``value``
 
 
+# Sizes, strides and storage offset, each a size expression (``("int", n)``
+# when static): how torch's as_strided reads a MAX output.
+Layout = tuple[tuple[SizeExpr, ...], tuple[SizeExpr, ...], SizeExpr]
+
+
 @dataclass(frozen=True)
 class OutputSlot:
-    """Where one value returned by the FX graph comes from at run time."""
+    """Where one value returned by the FX graph comes from at run time.
+
+    A GRAPH slot with a ``layout`` is MAX output ``index`` read through
+    ``as_strided``: a view of another output, or a dense output in a permuted
+    memory order (channels-last), given the sizes, strides and aliasing eager
+    PyTorch gives it.
+    """
 
     kind: OutputKind
     index: int = -1
     dim: int = -1
     value: int | float | bool | None = None
     expr: SizeExpr | None = None
+    layout: Layout | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,7 @@ class GraphPlan:
             and not self.written_back
             and len(self.outputs) == self.num_graph_outputs
             and all(
-                slot.kind is OutputKind.GRAPH and slot.index == i
+                slot.kind is OutputKind.GRAPH and slot.index == i and not slot.layout
                 for i, slot in enumerate(self.outputs)
             )
         )

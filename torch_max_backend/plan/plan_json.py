@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .graph_plan import GraphPlan, InputKind, InputSource, OutputKind, OutputSlot
+from .graph_plan import (
+    GraphPlan,
+    InputKind,
+    InputSource,
+    Layout,
+    OutputKind,
+    OutputSlot,
+)
 from .size_expr import SizeExpr, check_size_expr
 
 
@@ -22,6 +29,34 @@ def _expr_from_data(data: Any) -> SizeExpr:
     if not isinstance(data, list):
         raise ValueError(f"a size expression is a list, got {data!r}")
     return tuple(_expr_from_data(e) if isinstance(e, list) else e for e in data)
+
+
+def _layout_to_data(layout: Layout | None) -> list[Any] | None:
+    if layout is None:
+        return None
+    sizes, strides, offset = layout
+    return [
+        [_expr_to_data(e) for e in sizes],
+        [_expr_to_data(e) for e in strides],
+        _expr_to_data(offset),
+    ]
+
+
+def _layout_from_data(data: Any) -> Layout | None:
+    if data is None:
+        return None
+    if not isinstance(data, list) or len(data) != 3:
+        raise ValueError(f"a layout is [sizes, strides, offset], got {data!r}")
+    sizes, strides, offset = data
+    if not isinstance(sizes, list) or not isinstance(strides, list):
+        raise ValueError(f"a layout's sizes and strides are lists, got {data!r}")
+    if len(sizes) != len(strides):
+        raise ValueError(f"a layout has as many sizes as strides, got {data!r}")
+    exprs = [_expr_from_data(e) for e in [*sizes, *strides, offset]]
+    for expr in exprs:
+        check_size_expr(expr)
+    rank = len(sizes)
+    return tuple(exprs[:rank]), tuple(exprs[rank:-1]), exprs[-1]
 
 
 def plan_to_data(plan: GraphPlan) -> dict[str, Any]:
@@ -36,6 +71,7 @@ def plan_to_data(plan: GraphPlan) -> dict[str, Any]:
                 "dim": slot.dim,
                 "value": slot.value,
                 "expr": None if slot.expr is None else _expr_to_data(slot.expr),
+                "layout": _layout_to_data(slot.layout),
             }
             for slot in plan.outputs
         ],
@@ -67,6 +103,7 @@ def _slot(data: Any) -> OutputSlot:
         _int(data.get("dim"), "an output's dim"),
         value,
         expr,
+        _layout_from_data(data.get("layout")),
     )
 
 

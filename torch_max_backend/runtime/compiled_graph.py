@@ -16,7 +16,14 @@ import torch
 from max.driver import Buffer
 from max.engine import Model
 
-from ..plan import GraphPlan, InputKind, OutputKind, OutputSlot, compile_size_expr
+from ..plan import (
+    GraphPlan,
+    InputKind,
+    Layout,
+    OutputKind,
+    OutputSlot,
+    compile_size_expr,
+)
 
 _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
@@ -27,7 +34,7 @@ _from_capsule = torch.utils.dlpack.from_dlpack
 _bump_versions = torch.autograd.graph.increment_version
 
 # Output assembly codes, compared as small ints in the hot loop.
-_GRAPH, _INPUT, _DIM, _CONST, _EXPR = range(5)
+_GRAPH, _INPUT, _DIM, _CONST, _EXPR, _STRIDED = range(6)
 _CODES = {
     OutputKind.GRAPH: _GRAPH,
     OutputKind.INPUT: _INPUT,
@@ -220,6 +227,8 @@ class CompiledGraph:
                 outputs.append(args[index].shape[dim])
             elif code == _EXPR:
                 outputs.append(value(args))
+            elif code == _STRIDED:
+                outputs.append(results[index].as_strided(*value(args)))
             else:
                 outputs.append(value)
         args.clear()
@@ -253,8 +262,26 @@ def _input_item(
     return SEED
 
 
+def _layout_function(layout: Layout) -> Any:
+    """A function of the FX inputs giving ``as_strided``'s arguments."""
+    sizes, strides, offset = layout
+    if all(e[0] == "int" for e in (*sizes, *strides, offset)):
+        fixed = ([e[1] for e in sizes], [e[1] for e in strides], offset[1])
+        return lambda args: fixed
+    size_fns = [compile_size_expr(e) for e in sizes]
+    stride_fns = [compile_size_expr(e) for e in strides]
+    offset_fn = compile_size_expr(offset)
+    return lambda args: (
+        [f(args) for f in size_fns],
+        [f(args) for f in stride_fns],
+        offset_fn(args),
+    )
+
+
 def _slot_code(slot: OutputSlot) -> tuple[int, int, int, Any]:
     value = slot.value
+    if slot.layout is not None:
+        return (_STRIDED, slot.index, slot.dim, _layout_function(slot.layout))
     if slot.kind is OutputKind.EXPR:
         assert slot.expr is not None
         value = compile_size_expr(slot.expr)

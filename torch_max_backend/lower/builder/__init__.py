@@ -40,19 +40,21 @@ __all__ = [
 ]
 
 
-def build_graph(gm: torch.fx.GraphModule) -> BuiltGraph:
-    """The MAX graph of ``gm`` and its plan; raises for what cannot be lowered."""
+def build_graph(gm: torch.fx.GraphModule, eager_layouts: bool = False) -> BuiltGraph:
+    """The MAX graph of ``gm`` and its plan; raises for what cannot be lowered.
+    With ``eager_layouts`` (inference graphs, whose outputs reach the caller
+    as they are) outputs keep eager's strides and aliasing (eager_layouts.py)."""
     from ..families import register_families
 
     register_families()
     check_supported([gm])
     gm = without_repeats(gm)
     plan = InputPlan(gm)
-    walk = NodeWalk(gm, plan)
+    walk = NodeWalk(gm, plan, eager_layouts)
     built = walk.run()
     if walk.origin.wanted and plan.device.type == "cpu":
         # Some lowering built index ranges from constants alone, which MAX
         # would evaluate at compile time: built again, they start at a
         # runtime zero (lower/index_origin.py; CPU graphs only, see there).
-        built = NodeWalk(gm, InputPlan(gm, index_origin=True)).run()
+        built = NodeWalk(gm, InputPlan(gm, index_origin=True), eager_layouts).run()
     return built

@@ -112,14 +112,19 @@ def _attribute(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
     return _meta(value)
 
 
-def graph_fingerprint(gm: torch.fx.GraphModule) -> str | None:
-    """The fingerprint of the MAX graph and plan ``gm`` builds, or None when
-    the graph holds something the fingerprint cannot describe."""
+def graph_fingerprint(
+    gm: torch.fx.GraphModule, eager_layouts: bool = False
+) -> str | None:
+    """The fingerprint of the MAX graph and plan ``gm`` builds (with
+    ``build_graph``'s ``eager_layouts``), or None when the graph holds
+    something the fingerprint cannot describe."""
     from ..families import register_families
 
     register_families()  # lowerings are part of it
     # Python floats in arguments promote to the default dtype.
     header = f"{code_version()}\ndefault dtype {torch.get_default_dtype()}\n"
+    if eager_layouts:
+        header += "eager layouts\n"
     sha = hashlib.sha256(header.encode())
     index: dict[torch.fx.Node, int] = {}
     try:

@@ -11,11 +11,12 @@ from typing import Any
 
 import sympy
 import torch
-from max.graph import TensorValue
+from max.graph import TensorValue, ops
 from torch.utils._sympy import functions as size_fns
 
 from ...errors import MaxCompilerError
 from ...plan import OutputKind, OutputSlot, SizeExpr
+from .eager_layouts import is_contiguous, layout, memory_order, viewed_node
 
 # sympy (and torch's sympy functions) -> the size interpreter's operators.
 _OPERATORS: dict[type, str] = {
@@ -79,12 +80,17 @@ class OutputPlan:
         self,
         placeholders: list[torch.fx.Node],
         symbols: dict[sympy.Symbol, tuple[int, int]],
+        eager_layouts: bool = False,
     ) -> None:
         self.placeholders = placeholders
         self.symbols = symbols
+        # Outputs keep eager's strides and aliasing (eager_layouts.py).
+        self.eager_layouts = eager_layouts
         self.slots: list[OutputSlot] = []
         self.graph_outputs: list[TensorValue] = []
         self._seen: dict[int, int] = {}
+        # (MAX value id, memory order) -> the MAX output written in that order.
+        self._ordered: dict[tuple[int, tuple[int, ...]], int] = {}
         # (FX input index, graph output index): mutated inputs that are not
         # MAX buffers; the runtime copies the output into the input.
         self.written_back: list[tuple[int, int]] = []
@@ -124,7 +130,54 @@ class OutputPlan:
             raise MaxCompilerError(
                 f"graph output {item.name} is a {type(value).__name__}, not a tensor"
             )
+        if self.eager_layouts:
+            slot = self._eager_layout_slot(item, values)
+            if slot is not None:
+                return slot
         return OutputSlot(OutputKind.GRAPH, self._output_index(value))
+
+    def _eager_layout_slot(
+        self, item: torch.fx.Node, values: dict[torch.fx.Node, Any]
+    ) -> OutputSlot | None:
+        """``item`` read through ``as_strided`` from a MAX output laid out as
+        eager lays out the memory it lies in; None where it is contiguous
+        memory of its own, or that memory is an input's or not dense."""
+        meta = item.meta.get("val")
+        if not isinstance(meta, torch.Tensor):
+            return None
+        root = viewed_node(item) or item
+        base = values.get(root)
+        if root.op == "placeholder" or not isinstance(base, TensorValue):
+            return None
+        base_meta = root.meta["val"]
+        if is_contiguous(base_meta):
+            if root is item:
+                return None
+            index = self._output_index(base)
+        else:
+            order = memory_order(base_meta)
+            if order is None:
+                return None
+            index = self._ordered_output(base, order)
+        return OutputSlot(
+            OutputKind.GRAPH, index, layout=layout(meta, self._size_expr(item))
+        )
+
+    def _ordered_output(self, value: TensorValue, order: list[int]) -> int:
+        """A MAX output holding ``value`` written in the memory order ``order``."""
+        key = (id(value), tuple(order))
+        if key not in self._ordered:
+            self._ordered[key] = len(self.graph_outputs)
+            self.graph_outputs.append(ops.permute(value, order))
+        return self._ordered[key]
+
+    def _size_expr(self, item: torch.fx.Node) -> Any:
+        def convert(size: int | torch.SymInt) -> SizeExpr:
+            if isinstance(size, int):
+                return ("int", size)
+            return size_expr(size.node.expr, self.symbols, item.name)
+
+        return convert
 
     def _output_index(self, value: TensorValue) -> int:
         """The MAX output returning ``value``, added the first time it is asked."""

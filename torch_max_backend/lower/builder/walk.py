@@ -82,9 +82,12 @@ def check_result(node: torch.fx.Node, result: Any) -> None:
 class NodeWalk:
     """Builds one MAX graph from one FX ATen graph and its input plan."""
 
-    def __init__(self, gm: torch.fx.GraphModule, inputs: InputPlan) -> None:
+    def __init__(
+        self, gm: torch.fx.GraphModule, inputs: InputPlan, eager_layouts: bool = False
+    ) -> None:
         self.gm = gm
         self.inputs = inputs
+        self.eager_layouts = eager_layouts
         self.values: dict[torch.fx.Node, Any] = {}
         self.twins = ChannelsLastTwins()
         self.graph = Graph(GRAPH_NAME, input_types=inputs.types)
@@ -212,7 +215,7 @@ class NodeWalk:
 
     def run(self) -> BuiltGraph:
         plan = self.inputs
-        outputs = OutputPlan(plan.placeholders, plan.symbols)
+        outputs = OutputPlan(plan.placeholders, plan.symbols, self.eager_layouts)
         with self.graph, building_with(self.origin):
             for node in plan.placeholders:
                 self.values[node] = self._placeholder_value(node)

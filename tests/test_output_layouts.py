@@ -1,0 +1,81 @@
+"""Inference outputs keep eager's strides and aliasing: a channels-last or
+transposed result comes back in that memory order, and outputs that view one
+tensor's memory share it, so that writing into one shows in the others."""
+
+from __future__ import annotations
+
+import torch
+
+from torch_max_backend import max_backend
+
+
+def _storage_groups(outputs: tuple[torch.Tensor, ...]) -> list[int]:
+    """For each output, the position of the first output sharing its memory."""
+    pointers = [t.untyped_storage().data_ptr() for t in outputs]
+    return [pointers.index(p) for p in pointers]
+
+
+def _assert_like_eager(got: tuple, expected: tuple) -> None:
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        torch.testing.assert_close(g, e, msg=f"output {i}")
+        assert g.stride() == e.stride(), f"output {i}: {g.stride()} != {e.stride()}"
+        assert g.storage_offset() == e.storage_offset(), f"output {i}"
+    assert _storage_groups(got) == _storage_groups(expected)
+
+
+def _layouts(x_t: torch.Tensor, images: torch.Tensor, weight: torch.Tensor) -> tuple:
+    scaled = x_t * 2 + 1  # x_t's transposed memory order
+    features = torch.nn.functional.conv2d(images, weight, padding=1).relu()
+    gram = x_t @ x_t.t()
+    first, second = gram.split(2)
+    exps = x_t.exp()  # an intermediate in transposed order, viewed twice
+    return (
+        scaled,
+        features,
+        gram,
+        gram[:, -1],
+        gram.view(-1)[2:],
+        first,
+        second,
+        exps[0],
+        exps[1:].t(),
+    )
+
+
+def _layout_inputs() -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    x_t = torch.randn(5, 4).t()
+    images = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    return x_t, images, torch.randn(4, 3, 3, 3)
+
+
+def test_outputs_have_eager_strides_and_share_memory_as_in_eager(max_calls):
+    inputs = _layout_inputs()
+    expected = _layouts(*inputs)
+    compiled = torch.compile(_layouts, backend=max_backend, options={"strict": True})
+    with torch.no_grad():
+        got = compiled(*inputs)
+    assert max_calls.of("inference") == 1
+    _assert_like_eager(got, expected)
+    assert got[1].is_contiguous(memory_format=torch.channels_last)
+    # Writing through a view changes the tensor it views, as in eager.
+    got[3].fill_(7.0)
+    expected[3].fill_(7.0)
+    torch.testing.assert_close(got[2], expected[2])
+    torch.testing.assert_close(got[4], expected[4])
+
+
+def _last_and_transposed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    hidden = x.sin() * 3
+    return hidden, hidden[:, -1], hidden.t(), hidden[1:]
+
+
+def test_views_of_outputs_follow_dynamic_sizes(max_calls):
+    compiled = torch.compile(
+        _last_and_transposed, backend=max_backend, options={"strict": True}
+    )
+    for rows in (4, 7):
+        x = torch.randn(rows, 6)
+        torch._dynamo.mark_dynamic(x, 0)
+        _assert_like_eager(compiled(x), _last_and_transposed(x))
+    assert max_calls.of("inference") == 2
