@@ -62,8 +62,8 @@ def graph_texts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     texts: list[str] = []
     original = backend_module.build_graph
 
-    def recording(gm: torch.fx.GraphModule):
-        built = original(gm)
+    def recording(gm: torch.fx.GraphModule, *rest):
+        built = original(gm, *rest)
         texts.append(str(built.graph))
         return built
 
