@@ -118,3 +118,18 @@ def broadcast_shape(values: Sequence[TensorValue]) -> list[Dim]:
                 size = v.shape[j]
         shape.append(size)
     return shape
+
+
+def storage_order(meta: torch.Tensor) -> list[int] | None:
+    """The dims of ``meta`` from outermost to innermost in memory, when its
+    elements fill their stretch of storage densely without overlap (any
+    permutation of a contiguous layout); None otherwise."""
+    sizes, strides = list(meta.shape), list(meta.stride())
+    # Size-1 dims have arbitrary strides and no effect on the order.
+    order = sorted(range(len(sizes)), key=lambda d: -strides[d] if sizes[d] != 1 else 0)
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expected:
+            return None
+        expected *= sizes[d]
+    return order

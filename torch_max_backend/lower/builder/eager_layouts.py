@@ -22,6 +22,7 @@ import torch
 from torch._ops import OpOverload
 
 from ...plan import Layout, SizeExpr
+from ..shapes import storage_order
 
 # A size (int or SymInt) as a size expression of the FX inputs' sizes.
 SizeConverter = Callable[[int | torch.SymInt], SizeExpr]
@@ -93,15 +94,7 @@ def memory_order(meta: torch.Tensor) -> list[int] | None:
         return None
     if is_contiguous(meta):
         return None
-    order = sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
-    if order == list(range(len(sizes))):
-        return None
-    expected = 1
-    for dim in reversed(order):
-        if sizes[dim] != 1 and strides[dim] != expected:
-            return None
-        expected *= sizes[dim]
-    return order
+    return storage_order(meta)
 
 
 def layout(meta: torch.Tensor, convert: SizeConverter) -> Layout:

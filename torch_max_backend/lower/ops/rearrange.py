@@ -18,7 +18,14 @@ from ..context import current
 from ..kit import arg_tensor, empty_input, is_static, node_arg
 from ..registry import lowering
 from ..scalars import as_tensor
-from ..shapes import SizeLike, normalize_dim, positions, size_value, static_size
+from ..shapes import (
+    SizeLike,
+    normalize_dim,
+    positions,
+    size_value,
+    static_size,
+    storage_order,
+)
 
 aten = torch.ops.aten
 
@@ -80,21 +87,6 @@ def diagonal(
     return ops.gather(merged, index, axis=len(rest))
 
 
-def _storage_order(meta: torch.Tensor) -> list[int] | None:
-    """The dims of ``meta`` from outermost to innermost in memory, when its
-    elements fill their stretch of storage densely without overlap (any
-    permutation of a contiguous layout); None otherwise."""
-    sizes, strides = list(meta.shape), list(meta.stride())
-    # Size-1 dims have arbitrary strides and no effect on the order.
-    order = sorted(range(len(sizes)), key=lambda d: -strides[d] if sizes[d] != 1 else 0)
-    expected = 1
-    for d in reversed(order):
-        if sizes[d] != 1 and strides[d] != expected:
-            return None
-        expected *= sizes[d]
-    return order
-
-
 def _positions(
     size: Sequence[int], stride: Sequence[int], storage_offset: int | None
 ) -> np.ndarray:
@@ -133,7 +125,7 @@ def _strided_view(node: torch.fx.Node, scatter: bool) -> str | None:
     size, stride, offset = _view_of(node, scatter)
     if not is_static([*size, *stride, offset or 0]):
         return f"{node.target} with symbolic sizes, strides or offset"
-    if _storage_order(meta) is None:
+    if storage_order(meta) is None:
         return f"{node.target} of a tensor with overlapping or gapped strides"
     ints = [int(v) for v in size], [int(v) for v in stride], int(offset or 0)
     positions = _positions(*ints) - meta.storage_offset()
@@ -153,7 +145,7 @@ def _storage_and_view(
     """``x``'s elements in storage order (1-d), the position in it of each
     element of the view, and the storage order of ``x``'s dims."""
     meta = arg_tensor(current().node, 0)
-    order = _storage_order(meta)
+    order = storage_order(meta)
     assert order is not None  # _strided_view
     # np.asarray: a 0-d view's positions minus an int are a numpy scalar.
     positions = np.asarray(
