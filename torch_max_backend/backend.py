@@ -124,7 +124,7 @@ def compile_aten_graph(
         try:
             with gathered():
                 return FirstCallWaits(
-                    _start_compile(gm, settings, name, fingerprint, settled, layouts)
+                    _start_compile(gm, settings, name, fingerprint, settled)
                 )
         except BaseException:
             settled()

@@ -66,14 +66,16 @@ def opmath(fn: F) -> F:
 
 
 def accumulated(
-    product: Callable[..., TensorValue], *operands: TensorValue
+    product: Callable[..., TensorValue], first: TensorValue, *rest: TensorValue | None
 ) -> TensorValue:
-    """``product`` of half-precision ``operands`` on the CPU, taken in float32
+    """``product`` of half-precision operands on the CPU, taken in float32
     and rounded once: MAX's CPU batched matmul, convolutions and average
     pooling add float16/bfloat16 terms in half precision (5-8 ulps of the
     output's scale off, where torch's are within half an ulp; its 2-d matmul
-    already accumulates in float32). GPUs keep their half-precision kernels."""
-    dtype = operands[0].dtype
+    already accumulates in float32). GPUs keep their half-precision kernels.
+    An operand may be None (a convolution without bias): passed as it is."""
+    operands = (first, *rest)
+    dtype = first.dtype
     if dtype not in _HALF_MAX or not current().device.is_cpu():
         return product(*operands)
     return ops.cast(product(*(_widened(o) for o in operands)), dtype)

@@ -61,9 +61,7 @@ def _shares_storage(node: torch.fx.Node, root: torch.fx.Node) -> bool:
     if not isinstance(view, torch.Tensor) or not isinstance(base, torch.Tensor):
         return False
     try:
-        return view.untyped_storage() is base.untyped_storage() or (
-            view.untyped_storage()._cdata == base.untyped_storage()._cdata
-        )
+        return view.untyped_storage()._cdata == base.untyped_storage()._cdata
     except (RuntimeError, NotImplementedError):
         return False
 

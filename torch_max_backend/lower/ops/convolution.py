@@ -277,7 +277,7 @@ def conv3d(
     twins = current().twins  # channels-last values kept between ops
 
     def conv(
-        image: TensorValue, filters: TensorValue, bias: TensorValue | None = None
+        image: TensorValue, filters: TensorValue, bias: TensorValue | None
     ) -> TensorValue:
         return ops.conv3d(
             image,
@@ -293,7 +293,7 @@ def conv3d(
 
     image = twins.channels_last(input)
     filters = ops.permute(weight, [2, 3, 4, 1, 0])
-    out = accumulated(conv, image, filters, *([] if bias is None else [bias]))
+    out = accumulated(conv, image, filters, bias)
     return twins.channels_first(out)
 
 
@@ -331,7 +331,7 @@ def direct_conv2d(
     twins = current().twins  # channels-last values kept between ops
 
     def conv(
-        image: TensorValue, filters: TensorValue, bias: TensorValue | None = None
+        image: TensorValue, filters: TensorValue, bias: TensorValue | None
     ) -> TensorValue:
         return ops.conv2d(
             image,
@@ -346,7 +346,7 @@ def direct_conv2d(
         )
 
     image, filters = twins.channels_last(input), ops.permute(weight, [2, 3, 1, 0])
-    out = accumulated(conv, image, filters, *([] if bias is None else [bias]))
+    out = accumulated(conv, image, filters, bias)
     return twins.channels_first(out)
 
 

@@ -29,10 +29,14 @@ def _floats_only(node: torch.fx.Node) -> str | None:
     return None
 
 
+def _count(flags: TensorValue, axis: int) -> TensorValue:
+    """How many flags are set at or before each position along ``axis``."""
+    return ops.cumsum(ops.cast(flags, DType.int64), axis=axis)
+
+
 def _seen(flags: TensorValue, axis: int) -> TensorValue:
     """Whether a flag was set at or before each position along ``axis``."""
-    running = ops.cumsum(ops.cast(flags, DType.int64), axis=axis)
-    return ops.greater(running, as_tensor(0, DType.int64))
+    return ops.greater(_count(flags, axis), as_tensor(0, DType.int64))
 
 
 @lowering(aten.cumprod.default, supports=_floats_only)
@@ -50,7 +54,7 @@ def cumprod(
     magnitude = ops.abs(x)
     logs = ops.log(ops.where(is_zero, as_tensor(1.0, DType.float64), magnitude))
     product = ops.exp(ops.cumsum(logs, axis=axis))
-    negatives = ops.cumsum(ops.cast(ops.greater(zero, x), DType.int64), axis=axis)
+    negatives = _count(ops.greater(zero, x), axis)
     odd = ops.equal(
         ops.mod(negatives, as_tensor(2, DType.int64)), as_tensor(1, DType.int64)
     )
