@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import torch_max_backend.backend as backend_module
 import torch_max_backend.fallback as fallback_module
+import torch_max_backend.graph_builds as graph_builds
 from torch_max_backend import max_backend
 from torch_max_backend.fallback import FallbackWarning
 
@@ -57,12 +57,12 @@ def test_as_strided_in_pytorch_after_a_max_block_sees_eager_layout(
 
     # Without the re-layout the same split graph reads MAX's contiguous copy
     # in the wrong order: this test would catch a lost layout. (Inference
-    # blocks also return eager's layouts themselves; training blocks do not,
-    # so that is switched off here too.)
+    # blocks also return eager's layouts themselves, so that is switched off
+    # here too.)
     torch._dynamo.reset()
     monkeypatch.setattr(fallback_module, "keep_eager_layouts", lambda gm: 0)
-    build = backend_module.build_graph
-    monkeypatch.setattr(backend_module, "build_graph", lambda gm, *rest: build(gm))
+    build = graph_builds.build_graph
+    monkeypatch.setattr(graph_builds, "build_graph", lambda gm, *rest: build(gm))
     compiled = torch.compile(strided_reads, backend=max_backend, options=options)
     with pytest.warns(FallbackWarning):
         wrong, _ = compiled(x, src)

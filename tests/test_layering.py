@@ -43,6 +43,7 @@ ROOMS: dict[str, str] = {
     "background": "backend",
     "warm_start": "backend",
     "deferred": "backend",
+    "graph_builds": "backend",
     "cli": "cli",
     "cli_aot": "cli",
     "": "api",  # the package's __init__: public names, imported lazily

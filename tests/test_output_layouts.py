@@ -79,3 +79,38 @@ def test_views_of_outputs_follow_dynamic_sizes(max_calls):
         torch._dynamo.mark_dynamic(x, 0)
         _assert_like_eager(compiled(x), _last_and_transposed(x))
     assert max_calls.of("inference") == 2
+
+
+def _trained_layouts(
+    x_t: torch.Tensor, images: torch.Tensor, weight: torch.Tensor, shift: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    # A mutated input that requires grad: AOTAutograd returns its new value
+    # before the user's outputs.
+    shift.add_(1)
+    scaled = x_t * 2 + 1
+    features = torch.nn.functional.conv2d(images, weight, padding=1).relu()
+    # Saved for the backward as well as returned (the saved copy may differ).
+    loss = (scaled * features.sum()).sum()
+    return loss, scaled, scaled[0], features[:, 1], features
+
+
+def test_training_outputs_have_eager_strides(max_calls):
+    x_t, images, weight = _layout_inputs()
+    leaves = [x_t.detach().requires_grad_(), images, weight.requires_grad_()]
+    shift = torch.zeros(2, requires_grad=True)
+    expected = _trained_layouts(*leaves, shift * 1)
+    compiled = torch.compile(
+        _trained_layouts, backend=max_backend, options={"strict": True}
+    )
+    mine = [x_t.detach().requires_grad_(), images, weight.detach().requires_grad_()]
+    shifted = torch.zeros(2, requires_grad=True) * 1
+    got = compiled(*mine, shifted)
+    assert max_calls.of("forward") == 1
+    torch.testing.assert_close(shifted, torch.ones(2))
+    _assert_like_eager(got, expected)
+    assert got[-1].is_contiguous(memory_format=torch.channels_last)
+    sum(t.sum() for t in got).backward()
+    sum(t.sum() for t in expected).backward()
+    torch.testing.assert_close(mine[0].grad, leaves[0].grad)
+    torch.testing.assert_close(mine[2].grad, leaves[2].grad)
+    assert max_calls.of("backward") == 1

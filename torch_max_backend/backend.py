@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -27,10 +26,11 @@ from .deferred import FirstCallWaits, once, when_all_done
 from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning, Placement, needs_torch, settle, start_split
 from .fallback import warn as warn_fallback
+from .graph_builds import GraphBuilds, caller_outputs
 from .logs import show_on_stderr
 from .lower.builder import (
     BuiltGraph,
-    build_graph,
+    CallerOutputs,
     check_supported,
     computes_nothing,
     graph_fingerprint,
@@ -46,12 +46,10 @@ from .runtime.profile import GraphStats, ProfiledCompiledGraph
 from .runtime.progress import compile_progress, wanted
 from .runtime.session import compile_graph_async
 from .runtime.stats import add_pending
-from .runtime.stats import record as record_stats
 from .settings import Settings, check_mode
 from .warm_start import remember, start_warm
 
 _graph_ids = itertools.count()
-_BUILD_LOCK = threading.Lock()
 _graphs_log = logs.get_logger("graphs")
 _compile_log = logs.get_logger("compile")
 
@@ -90,9 +88,7 @@ def compile_aten_graph(
             gm.print_readable(print_output=False),
         )
     worker_count(settings.compile_workers)  # the first compile fixes it
-    # An inference graph's outputs reach the caller as they are: they keep
-    # eager's strides and aliasing (lower/builder/eager_layouts.py).
-    layouts = kind == "inference"
+    layouts = caller_outputs(kind)
     fingerprint = graph_fingerprint(gm, layouts)
     # Whoever reads the MAX graphs (verbose) gets them built, not skipped.
     if fingerprint is not None and not _graphs_log.isEnabledFor(logging.DEBUG):
@@ -124,7 +120,9 @@ def compile_aten_graph(
         try:
             with gathered():
                 return FirstCallWaits(
-                    _start_compile(gm, settings, name, fingerprint, settled)
+                    _start_compile(
+                        gm, settings, name, fingerprint, settled, eager_layouts=layouts
+                    )
                 )
         except BaseException:
             settled()
@@ -141,7 +139,7 @@ def _compile(
     settings: Settings,
     name: str,
     fingerprint: str | None,
-    eager_layouts: bool,
+    eager_layouts: CallerOutputs | None,
 ) -> Callable[[list], list]:
     """``gm`` on MAX: whole, split around ops that run in PyTorch (its blocks
     compiled together as one module), or (when MAX cannot take it and not
@@ -159,7 +157,7 @@ def _start_compile(
     name: str,
     fingerprint: str | None,
     when_ready: Callable[[], None] = lambda: None,
-    eager_layouts: bool = False,
+    eager_layouts: CallerOutputs | None = None,
 ) -> Finish:
     """Build ``gm`` and start compiling it; the returned function waits for
     the compile and gives the callable (``_compile`` in two halves, so that
@@ -167,7 +165,7 @@ def _start_compile(
     A whole graph compiled is recorded under ``fingerprint`` (warm_start.py).
     ``when_ready`` is called once every compile started here is over."""
     placement = Placement(settings)
-    builds = _Builds(eager_layouts)
+    builds = GraphBuilds(gm, eager_layouts)
     try:
         whole = settle(gm, placement, builds.build)
     except MaxCompilerError as e:
@@ -204,33 +202,6 @@ def _start_compile(
             return _in_pytorch(gm, name, e)
 
     return finish_whole
-
-
-class _Builds:
-    """MAX graphs built for one ATen graph and its blocks, by structure.
-
-    Deciding where nodes run builds every block once; compiling a block then
-    takes its graph from here instead of building it again.
-    """
-
-    def __init__(self, eager_layouts: bool) -> None:
-        self._eager_layouts = eager_layouts
-        self._built: dict[tuple[tuple[str, str], ...], BuiltGraph] = {}
-
-    def build(self, gm: torch.fx.GraphModule) -> BuiltGraph:
-        key = tuple((n.op, n.name) for n in gm.graph.nodes)
-        built = self._built.get(key)
-        if built is None:
-            # AOTAutograd calls compilers under its fake mode; constants and
-            # scalar inputs must be real tensors.
-            start = time.perf_counter()
-            # One build at a time: background builders and the caller's
-            # thread share MAX's graph-building context.
-            with _BUILD_LOCK, unset_fake_temporarily():
-                built = build_graph(gm, self._eager_layouts)
-            record_stats(graphs_built=1, build_seconds=time.perf_counter() - start)
-            self._built[key] = built
-        return built
 
 
 def _in_pytorch(

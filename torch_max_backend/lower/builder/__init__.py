@@ -18,14 +18,17 @@ from .capability import (
     strategy_of,
     why_unsupported,
 )
+from .eager_layouts import ALL_OUTPUTS, CallerOutputs
 from .fingerprint import graph_fingerprint
 from .planning import InputPlan, graph_device
 from .repeats import without_repeats
 from .walk import GRAPH_NAME, BuiltGraph, NodeWalk
 
 __all__ = [
+    "ALL_OUTPUTS",
     "GRAPH_NAME",
     "BuiltGraph",
+    "CallerOutputs",
     "InputPlan",
     "build_graph",
     "check_supported",
@@ -40,10 +43,12 @@ __all__ = [
 ]
 
 
-def build_graph(gm: torch.fx.GraphModule, eager_layouts: bool = False) -> BuiltGraph:
+def build_graph(
+    gm: torch.fx.GraphModule, eager_layouts: CallerOutputs | None = None
+) -> BuiltGraph:
     """The MAX graph of ``gm`` and its plan; raises for what cannot be lowered.
-    With ``eager_layouts`` (inference graphs, whose outputs reach the caller
-    as they are) outputs keep eager's strides and aliasing (eager_layouts.py)."""
+    The outputs ``eager_layouts`` names (those reaching the caller as they
+    are) keep eager's strides and aliasing (eager_layouts.py)."""
     from ..families import register_families
 
     register_families()

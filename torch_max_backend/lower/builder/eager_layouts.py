@@ -4,18 +4,22 @@ MAX writes every output contiguous and in memory of its own, where eager
 PyTorch returns ``y[:, -1]`` as a view sharing ``y``'s memory and ``x * 2`` of
 a channels-last or transposed ``x`` in ``x``'s memory order. AOTAutograd
 makes views of inputs again from the inputs, and in training graphs views of
-outputs from their bases, but an inference graph's outputs reach the caller
-as the compiler returns them. So there, a dense output whose eager strides
-are a permuted memory order is written by MAX in that order, and an output
-that views another node's memory is that node's MAX output read through
-``as_strided``: sizes, strides and offsets as eager's, and writing into one
-output changes the others that share its memory, as in eager.
+outputs from their bases, but the outputs themselves reach the caller as the
+compiler returns them: every output of an inference graph, the user outputs
+of a training forward (``CallerOutputs``). So there, a dense output whose
+eager strides are a permuted memory order is written by MAX in that order,
+and an output that views another node's memory is that node's MAX output
+read through ``as_strided``: sizes, strides and offsets as eager's, and
+writing into one output changes the others that share its memory, as in
+eager. What a training forward saves for its backward stays contiguous: only
+our own backward graph reads it.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import sympy
 import torch
@@ -26,6 +30,25 @@ from ..shapes import storage_order
 
 # A size (int or SymInt) as a size expression of the FX inputs' sizes.
 SizeConverter = Callable[[int | torch.SymInt], SizeExpr]
+
+
+@dataclass(frozen=True)
+class CallerOutputs:
+    """The positions in a graph's output tuple, ``start`` up to ``stop`` (None:
+    to the end), whose tensors reach the caller as the graph returns them."""
+
+    start: int = 0
+    stop: int | None = None
+
+    def __contains__(self, position: int) -> bool:
+        return self.start <= position and (self.stop is None or position < self.stop)
+
+    def __str__(self) -> str:
+        return f"outputs {self.start}:{'' if self.stop is None else self.stop}"
+
+
+# An inference graph's: every output.
+ALL_OUTPUTS = CallerOutputs()
 
 
 def _is_view_op(target: object) -> bool:

@@ -28,6 +28,7 @@ from torch._ops import OpOverload
 
 from ... import logs
 from .capability import SYM_FUNCTIONS, lowering_of
+from .eager_layouts import CallerOutputs
 
 _PACKAGE = Path(__file__).resolve().parents[2]
 _OWN_NAMESPACES = ("aten", "prims")
@@ -113,7 +114,7 @@ def _attribute(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
 
 
 def graph_fingerprint(
-    gm: torch.fx.GraphModule, eager_layouts: bool = False
+    gm: torch.fx.GraphModule, eager_layouts: CallerOutputs | None = None
 ) -> str | None:
     """The fingerprint of the MAX graph and plan ``gm`` builds (with
     ``build_graph``'s ``eager_layouts``), or None when the graph holds
@@ -123,8 +124,8 @@ def graph_fingerprint(
     register_families()  # lowerings are part of it
     # Python floats in arguments promote to the default dtype.
     header = f"{code_version()}\ndefault dtype {torch.get_default_dtype()}\n"
-    if eager_layouts:
-        header += "eager layouts\n"
+    if eager_layouts is not None:
+        header += f"eager layouts of {eager_layouts}\n"
     sha = hashlib.sha256(header.encode())
     index: dict[torch.fx.Node, int] = {}
     try:

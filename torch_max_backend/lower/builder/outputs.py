@@ -16,7 +16,13 @@ from torch.utils._sympy import functions as size_fns
 
 from ...errors import MaxCompilerError
 from ...plan import OutputKind, OutputSlot, SizeExpr
-from .eager_layouts import is_contiguous, layout, memory_order, viewed_node
+from .eager_layouts import (
+    CallerOutputs,
+    is_contiguous,
+    layout,
+    memory_order,
+    viewed_node,
+)
 
 # sympy (and torch's sympy functions) -> the size interpreter's operators.
 _OPERATORS: dict[type, str] = {
@@ -80,11 +86,11 @@ class OutputPlan:
         self,
         placeholders: list[torch.fx.Node],
         symbols: dict[sympy.Symbol, tuple[int, int]],
-        eager_layouts: bool = False,
+        eager_layouts: CallerOutputs | None = None,
     ) -> None:
         self.placeholders = placeholders
         self.symbols = symbols
-        # Outputs keep eager's strides and aliasing (eager_layouts.py).
+        # The outputs that keep eager's strides and aliasing (eager_layouts.py).
         self.eager_layouts = eager_layouts
         self.slots: list[OutputSlot] = []
         self.graph_outputs: list[TensorValue] = []
@@ -130,7 +136,7 @@ class OutputPlan:
             raise MaxCompilerError(
                 f"graph output {item.name} is a {type(value).__name__}, not a tensor"
             )
-        if self.eager_layouts:
+        if self.eager_layouts is not None and len(self.slots) in self.eager_layouts:
             slot = self._eager_layout_slot(item, values)
             if slot is not None:
                 return slot

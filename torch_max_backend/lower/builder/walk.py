@@ -27,6 +27,7 @@ from ..layout import ChannelsLastTwins, is_pointwise
 from ..scalars import ScalarArg
 from ..shapes import static_size
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
+from .eager_layouts import CallerOutputs
 from .outputs import OutputPlan
 from .planning import InputPlan, writes_input
 from .repeated_kv import find_repeated_kv
@@ -83,7 +84,10 @@ class NodeWalk:
     """Builds one MAX graph from one FX ATen graph and its input plan."""
 
     def __init__(
-        self, gm: torch.fx.GraphModule, inputs: InputPlan, eager_layouts: bool = False
+        self,
+        gm: torch.fx.GraphModule,
+        inputs: InputPlan,
+        eager_layouts: CallerOutputs | None = None,
     ) -> None:
         self.gm = gm
         self.inputs = inputs

@@ -1,0 +1,74 @@
+"""MAX graphs built from one ATen graph, and which of its outputs keep eager's layout.
+
+Deciding where a graph's nodes run builds every block once; compiling a block
+then takes its MAX graph from here instead of building it again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+from torch._guards import TracingContext
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from .lower.builder import ALL_OUTPUTS, BuiltGraph, CallerOutputs, build_graph
+from .runtime.stats import record as record_stats
+
+# One build at a time: background builders and the caller's thread share
+# MAX's graph-building context.
+_BUILD_LOCK = threading.Lock()
+
+
+def caller_outputs(kind: str) -> CallerOutputs | None:
+    """The outputs of an AOTAutograd graph of ``kind`` that reach the caller
+    as the compiled graph returns them, and so keep eager's strides and
+    aliasing (lower/builder/eager_layouts.py): every output of an inference
+    graph; a training forward's user outputs, which AOTAutograd places after
+    the inputs it mutates and before what it saves for the backward. None for
+    a backward (its gradients are AOTAutograd's to lay out) or when AOTAutograd
+    does not say (a forward compiled outside torch.compile)."""
+    if kind == "inference":
+        return ALL_OUTPUTS
+    context = TracingContext.try_get()
+    meta = context.fw_metadata if context is not None else None
+    if kind != "forward" or meta is None:
+        return None
+    start = meta.num_mutated_inp_runtime_indices
+    return CallerOutputs(start, start + meta.num_outputs)
+
+
+class GraphBuilds:
+    """MAX graphs built for the ATen graph ``whole`` and its blocks, by structure.
+
+    ``eager_layouts`` names the outputs of ``whole`` that keep eager's layout.
+    A block's outputs feed PyTorch's part of a split graph as well as the
+    caller: all of them keep it in an inference graph; in a training forward,
+    where a block's outputs cannot be told from what the backward reads, none.
+    """
+
+    def __init__(
+        self, whole: torch.fx.GraphModule, eager_layouts: CallerOutputs | None
+    ) -> None:
+        self._whole = whole
+        self._eager_layouts = eager_layouts
+        self._built: dict[tuple[tuple[str, str], ...], BuiltGraph] = {}
+
+    def _layouts(self, gm: torch.fx.GraphModule) -> CallerOutputs | None:
+        if gm is self._whole or self._eager_layouts == ALL_OUTPUTS:
+            return self._eager_layouts
+        return None
+
+    def build(self, gm: torch.fx.GraphModule) -> BuiltGraph:
+        key = tuple((n.op, n.name) for n in gm.graph.nodes)
+        built = self._built.get(key)
+        if built is None:
+            # AOTAutograd calls compilers under its fake mode; constants and
+            # scalar inputs must be real tensors.
+            start = time.perf_counter()
+            with _BUILD_LOCK, unset_fake_temporarily():
+                built = build_graph(gm, self._layouts(gm))
+            record_stats(graphs_built=1, build_seconds=time.perf_counter() - start)
+            self._built[key] = built
+        return built
