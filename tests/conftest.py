@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
 
+from torch_max_backend import graph_builds
+from torch_max_backend.lower.builder import BuiltGraph
 from torch_max_backend.runtime.compiled_graph import CompiledGraph
 
 
@@ -43,6 +45,40 @@ def max_calls(monkeypatch: pytest.MonkeyPatch) -> MaxCalls:
 
     monkeypatch.setattr(CompiledGraph, "__call__", counted)
     return calls
+
+
+class BuiltGraphs(list[tuple[torch.fx.GraphModule, BuiltGraph]]):
+    """(ATen graph or block, the MAX graph built from it), in build order."""
+
+    def ops(self) -> set[str]:
+        """The ATen ops of every graph built."""
+        return {
+            str(n.target)
+            for gm, _ in self
+            for n in gm.graph.nodes
+            if n.op == "call_function"
+        }
+
+
+@pytest.fixture
+def built_graphs(monkeypatch: pytest.MonkeyPatch) -> BuiltGraphs:
+    """Every graph the backend builds into a MAX graph during the test."""
+    builds = BuiltGraphs()
+    original = graph_builds.build_graph
+
+    def recording(gm: torch.fx.GraphModule, *rest: object) -> BuiltGraph:
+        built = original(gm, *rest)
+        builds.append((gm, built))
+        return built
+
+    monkeypatch.setattr(graph_builds, "build_graph", recording)
+    return builds
+
+
+@pytest.fixture
+def graph_texts(built_graphs: BuiltGraphs) -> Callable[[], list[str]]:
+    """The texts of the MAX graphs built so far in the test, in order."""
+    return lambda: [str(built.graph) for _, built in built_graphs]
 
 
 @pytest.fixture(autouse=True)

@@ -43,7 +43,14 @@ WIDE_SAMPLES = int(os.environ.get("TORCH_MAX_BACKEND_OPINFO_WIDE_SAMPLES", "12")
 WIDE_COMPARED = 3
 WIDE_BATCHES = 6
 # Lowering modules (lowering/ops/<family>.py) whose cases get every sample.
-WIDE_FAMILIES = {"reduction", "shape", "rearrange", "scatter", "indexing"}
+WIDE_FAMILIES = {
+    "arg_reduction",
+    "reduction",
+    "shape",
+    "rearrange",
+    "scatter",
+    "indexing",
+}
 # Cases left out, with the reason.
 SKIPPED = {
     # Its later samples view storage past the input's own elements, which a

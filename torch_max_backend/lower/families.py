@@ -13,6 +13,7 @@ import threading
 # Each names a module of ``torch_max_backend.lower.ops``.
 FAMILIES: tuple[str, ...] = (
     "activation",
+    "arg_reduction",
     "attention",
     "avg_pooling",
     "convolution",

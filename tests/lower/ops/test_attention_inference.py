@@ -13,8 +13,6 @@ from torch_max_backend import max_backend
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 
-from .test_channels_last import graph_texts  # noqa: F401 (a fixture)
-
 aten = torch.ops.aten
 _FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
 
@@ -71,7 +69,7 @@ def _attentions(q, k, v, kv_k, kv_v, bool_mask, float_mask, inf_q):
 
 def test_inference_attention_matches_eager_in_one_softmax_kernel_each(
     max_calls,
-    graph_texts,  # noqa: F811
+    graph_texts,
 ):
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
@@ -101,5 +99,5 @@ def test_inference_attention_matches_eager_in_one_softmax_kernel_each(
             g, e, rtol=1e-4, atol=1e-5, equal_nan=True, msg=lambda m, i=i: f"{i}: {m}"
         )
     assert max_calls.of("inference") == 1
-    (text,) = graph_texts
+    (text,) = graph_texts()
     assert text.count("softmax") == 3

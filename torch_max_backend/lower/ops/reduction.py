@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from max.dtype import DType
-from max.graph import Dim, TensorValue, ops
+from max.graph import TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 from max.graph.ops.reduction import min as reduce_min
 
@@ -33,7 +33,7 @@ def _narrow(x: TensorValue) -> TensorValue:
     return as_tensor(x, out_max_dtype())
 
 
-def _reduce(
+def reduce_axes(
     x: TensorValue, dims: Sequence[int] | int | None, keepdim: bool, fn: Reducer
 ) -> TensorValue:
     """``fn`` over each of ``dims`` (MAX reduces one axis, keeping it)."""
@@ -93,13 +93,13 @@ def sum_dim(
     dtype: torch.dtype | None = None,
 ) -> TensorValue:
     """sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
-    return _narrow(_reduce(_wide(self), dim, keepdim, ops.sum))
+    return _narrow(reduce_axes(_wide(self), dim, keepdim, ops.sum))
 
 
 @lowering(aten.sum.default)
 def sum_all(self: TensorValue, *, dtype: torch.dtype | None = None) -> TensorValue:
     """sum(Tensor self, *, ScalarType? dtype=None) -> Tensor"""
-    return _narrow(_reduce(_wide(self), None, False, ops.sum))
+    return _narrow(reduce_axes(_wide(self), None, False, ops.sum))
 
 
 @lowering(aten.mean.dim)
@@ -111,13 +111,13 @@ def mean_dim(
     dtype: torch.dtype | None = None,
 ) -> TensorValue:
     """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
-    return _narrow(_reduce(_wide(self), dim, keepdim, ops.mean))
+    return _narrow(reduce_axes(_wide(self), dim, keepdim, ops.mean))
 
 
 @lowering(aten.mean.default)
 def mean_all(self: TensorValue, *, dtype: torch.dtype | None = None) -> TensorValue:
     """mean(Tensor self, *, ScalarType? dtype=None) -> Tensor"""
-    return _narrow(_reduce(_wide(self), None, False, ops.mean))
+    return _narrow(reduce_axes(_wide(self), None, False, ops.mean))
 
 
 @lowering(aten.amax.default)
@@ -125,7 +125,7 @@ def amax(
     self: TensorValue, dim: Sequence[int] = (), keepdim: bool = False
 ) -> TensorValue:
     """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
-    return _reduce(self, dim, keepdim, torch_max)
+    return reduce_axes(self, dim, keepdim, torch_max)
 
 
 @lowering(aten.amin.default)
@@ -133,19 +133,19 @@ def amin(
     self: TensorValue, dim: Sequence[int] = (), keepdim: bool = False
 ) -> TensorValue:
     """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
-    return _reduce(self, dim, keepdim, torch_min)
+    return reduce_axes(self, dim, keepdim, torch_min)
 
 
 @lowering(aten.max.default)
 def max_all(self: TensorValue) -> TensorValue:
     """max(Tensor self) -> Tensor"""
-    return _reduce(self, None, False, torch_max)
+    return reduce_axes(self, None, False, torch_max)
 
 
 @lowering(aten.min.default)
 def min_all(self: TensorValue) -> TensorValue:
     """min(Tensor self) -> Tensor"""
-    return _reduce(self, None, False, torch_min)
+    return reduce_axes(self, None, False, torch_min)
 
 
 def _any(
@@ -153,7 +153,7 @@ def _any(
 ) -> TensorValue:
     as_int = ops.cast(ops.not_equal(x, as_tensor(0, x.dtype)), DType.int32)
     return ops.greater(
-        _reduce(as_int, dims, keepdim, reduce_max), as_tensor(0, DType.int32)
+        reduce_axes(as_int, dims, keepdim, reduce_max), as_tensor(0, DType.int32)
     )
 
 
@@ -192,9 +192,9 @@ def _variance(
     keepdim: bool,
 ) -> TensorValue:
     axes = normalize_dims(dim, x.rank)
-    mean = _reduce(x, axes, True, ops.mean)
+    mean = reduce_axes(x, axes, True, ops.mean)
     centered = ops.sub(x, mean)
-    total = _reduce(ops.mul(centered, centered), axes, keepdim, ops.sum)
+    total = reduce_axes(ops.mul(centered, centered), axes, keepdim, ops.sum)
     count = size_value(numel(x, axes))
     if correction is None:
         correction = 1
@@ -247,7 +247,7 @@ def var_mean(
 ) -> tuple[TensorValue, TensorValue]:
     """var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""
     x = _wide(self)
-    mean = _narrow(_reduce(x, dim, keepdim, ops.mean))
+    mean = _narrow(reduce_axes(x, dim, keepdim, ops.mean))
     return _narrow(_variance(x, dim, correction, keepdim)), mean
 
 
@@ -265,7 +265,7 @@ def var_dim(
 @lowering(aten.prod.default)
 def prod_all(self: TensorValue, *, dtype: torch.dtype | None = None) -> TensorValue:
     """prod(Tensor self, *, ScalarType? dtype=None) -> Tensor"""
-    return _narrow(_reduce(_wide(self), None, False, ops.prod))
+    return _narrow(reduce_axes(_wide(self), None, False, ops.prod))
 
 
 @lowering(aten.prod.dim_int)
@@ -277,91 +277,7 @@ def prod_dim(
     dtype: torch.dtype | None = None,
 ) -> TensorValue:
     """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
-    return _narrow(_reduce(_wide(self), dim, keepdim, ops.prod))
-
-
-def _zero_index(shape: list[Dim | int], x: TensorValue) -> TensorValue:
-    """Index 0 everywhere: the arg reduction of a single element.
-
-    Built instead of the reduction, which MAX fails to compile over an axis
-    of size 1.
-    """
-    zero = ops.constant(0, DType.int64, device=x.device)
-    return ops.broadcast_to(zero, shape) if shape else zero
-
-
-def _nan_first(fn: Reducer) -> Reducer:
-    """``fn``'s index, or the first NaN's where one is held, as torch's."""
-
-    def index(x: TensorValue, axis: int) -> TensorValue:
-        found = fn(x, axis)
-        if not x.dtype.is_float():
-            return found
-        nan = ops.cast(ops.is_nan(x), DType.int32)
-        held = ops.greater(reduce_max(nan, axis), as_tensor(0, DType.int32))
-        return ops.where(held, ops.argmax(nan, axis), found)
-
-    return index
-
-
-def _arg_reduce(
-    x: TensorValue, dim: int | None, keepdim: bool, fn: Reducer
-) -> TensorValue:
-    """Index of the first extreme along ``dim`` (over the flattened tensor if None)."""
-    if x.dtype == DType.bool:  # max.dim's indices, as in _extreme
-        x = ops.cast(x, DType.uint8)
-    fn = _nan_first(fn)
-    if dim is None:
-        if all(d == 1 for d in x.shape):  # also rank 0
-            return _zero_index([1] * x.rank if keepdim else [], x)
-        flat = fn(ops.reshape(x, [-1]), 0).reshape([])
-        return ops.reshape(flat, [1] * x.rank) if keepdim else flat
-    if x.rank == 0:
-        return _zero_index([], x)
-    if x.shape[dim] == 1:
-        shape = list(x.shape)
-        if not keepdim:
-            del shape[dim]
-        return _zero_index(shape, x)
-    return _reduce(x, dim, keepdim, fn)
-
-
-@lowering(aten.argmax.default)
-def argmax(
-    self: TensorValue, dim: int | None = None, keepdim: bool = False
-) -> TensorValue:
-    """argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
-    return _arg_reduce(self, dim, keepdim, ops.argmax)
-
-
-@lowering(aten.argmin.default)
-def argmin(
-    self: TensorValue, dim: int | None = None, keepdim: bool = False
-) -> TensorValue:
-    """argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
-    return _arg_reduce(self, dim, keepdim, ops.argmin)
-
-
-@lowering(aten.max.dim)
-def max_dim(
-    self: TensorValue, dim: int, keepdim: bool = False
-) -> tuple[TensorValue, TensorValue]:
-    """max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
-    return (
-        _reduce(self, dim, keepdim, torch_max),
-        _arg_reduce(self, dim, keepdim, ops.argmax),
-    )
-
-
-@lowering(aten.min.dim)
-def min_dim(
-    self: TensorValue, dim: int, keepdim: bool = False
-) -> tuple[TensorValue, TensorValue]:
-    """min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
-    return (
-        _reduce(self, dim, keepdim, torch_min),
-        _arg_reduce(self, dim, keepdim, ops.argmin),
-    )
+    return _narrow(reduce_axes(_wide(self), dim, keepdim, ops.prod))
 
 
 def power_sum(
@@ -376,7 +292,7 @@ def power_sum(
         a = ops.mul(a, a)
     elif ord != 1:
         a = ops.pow(a, as_tensor(ord, a.dtype))
-    return _reduce(a, dims, keepdim, ops.sum)
+    return reduce_axes(a, dims, keepdim, ops.sum)
 
 
 # ``ord`` picks the algorithm (0, inf, ...), so it stays a build-time number.
@@ -392,7 +308,7 @@ def linalg_vector_norm(
     """linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
     if ord in (math.inf, -math.inf):
         a = ops.abs(as_tensor(self, out_max_dtype()))
-        return _reduce(a, dim, keepdim, torch_max if ord > 0 else torch_min)
+        return reduce_axes(a, dim, keepdim, torch_max if ord > 0 else torch_min)
     total = power_sum(self, ord, dim, keepdim)
     if ord in (0, 1):
         return _narrow(total)
