@@ -312,3 +312,25 @@ def test_a_returned_weight_is_a_copy_the_caller_may_write(tmp_path):
     first[1][:] = -1.0
     second = runner(np.zeros(4, dtype=np.float32))
     np.testing.assert_array_equal(second[1], np.arange(4.0, dtype=np.float32))
+
+
+class _Lookup(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(6, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table(ids)
+
+
+def test_a_package_refuses_an_index_out_of_range_as_eager_does(tmp_path):
+    from torch_max_backend import export
+
+    torch.manual_seed(0)
+    model = _Lookup().eval()
+    path = export(model, (torch.tensor([0, 5]),), tmp_path / "lookup.maxpkg")
+    runner = load(path)
+    (rows,) = runner(np.array([5, 1], dtype=np.int64))
+    np.testing.assert_allclose(rows, model(torch.tensor([5, 1])).detach().numpy())
+    with pytest.raises(IndexError, match=r"index out of bounds .* size 6"):
+        runner(np.array([6, 1], dtype=np.int64))

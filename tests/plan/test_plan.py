@@ -20,6 +20,7 @@ from torch_max_backend.plan import (
     InputSource,
     OutputKind,
     OutputSlot,
+    RuntimeCheck,
     compile_size_expr,
     plan_from_data,
     plan_to_data,
@@ -83,8 +84,13 @@ def _every_kind_of_plan() -> GraphPlan:
             ),
         ),
         mutated=(1,),
-        num_graph_outputs=2,
+        num_graph_outputs=3,
         written_back=((0, 1),),
+        checks=(
+            RuntimeCheck("IndexError", "index out of bounds (aten.index.Tensor)"),
+            RuntimeCheck("RuntimeError", "ZeroDivisionError (aten.remainder)"),
+        ),
+        check_output=2,
     )
 
 
@@ -107,6 +113,9 @@ def test_a_plan_survives_json_and_comes_back_equal():
         (lambda d: d["outputs"][5]["layout"][0].pop(), "as many sizes as strides"),
         (lambda d: d["outputs"][5].update(layout=[[], []]), "sizes, strides, offset"),
         (lambda d: d["outputs"][5]["layout"].__setitem__(2, ["eval"]), "unknown size"),
+        (lambda d: d["checks"].append(["SystemExit", "bye"]), "an error name"),
+        (lambda d: d["checks"].append(["IndexError"]), "malformed plan|unpack"),
+        (lambda d: d.update(check_output=3), "checks' output 3 is not an output"),
     ],
 )
 def test_a_damaged_plan_is_refused_with_the_reason(damage, message):

@@ -166,6 +166,7 @@ def export(
         outputs=outputs,
         weights=[_spec(name, t) for name, t in weights.items()],
         order=order,
+        checks=[[c.error, c.message] for c in built.plan.checks],
     )
 
     session = InferenceSession(devices=[Accelerator() if device == "gpu" else CPU()])

@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
+# 2: checks (inputs the graph refuses as eager does).
+FORMAT_VERSION = 2
+CHECK_ERRORS = ("IndexError", "RuntimeError")
 MANIFEST = "manifest.json"
 GRAPH = "graph.mef"
 WEIGHTS = "weights.safetensors"
@@ -46,6 +48,9 @@ class Manifest:
     order: list[str]
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    # [error, message] per input the graph refuses as eager PyTorch does: the
+    # graph's last output holds one flag for each, and a set flag raises.
+    checks: list[list[str]] = field(default_factory=list)
 
     def write(self, directory: Path) -> None:
         (directory / MANIFEST).write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -83,7 +88,15 @@ class Manifest:
                 order=list(raw["order"]),
                 format_version=version,
                 extra=raw.get("extra", {}),
+                checks=[_check(c) for c in raw.get("checks", [])],
                 **specs,
             )
         except (KeyError, TypeError) as e:
             raise PackageError(f"{path} is incomplete or malformed: {e}") from None
+
+
+def _check(item: Any) -> list[str]:
+    error, message = item
+    if error not in CHECK_ERRORS or not isinstance(message, str):
+        raise TypeError(f"a check is an error name and a message, not {item!r}")
+    return [error, message]

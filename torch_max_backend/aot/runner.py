@@ -173,6 +173,12 @@ class LoadedModel:
             self.device.synchronize()
         latency = (time.perf_counter() - start) * 1e3
         outputs = [r.to_numpy() for r in results]
+        checks = self.manifest.checks
+        if checks:
+            flags = outputs.pop()
+            if flags.any():
+                error, message = checks[int(flags.argmax())]
+                raise (IndexError if error == "IndexError" else RuntimeError)(message)
         if self._sharing is None:
             self._sharing = _outputs_sharing_memory(outputs, buffers)
         for i in self._sharing:

@@ -7,23 +7,27 @@ or written beside an exported graph.
 """
 
 from .graph_plan import (
+    CHECK_ERRORS,
     GraphPlan,
     InputKind,
     InputSource,
     Layout,
     OutputKind,
     OutputSlot,
+    RuntimeCheck,
 )
 from .plan_json import plan_from_data, plan_to_data
 from .size_expr import SizeExpr, SizeFunction, compile_size_expr
 
 __all__ = [
+    "CHECK_ERRORS",
     "GraphPlan",
     "InputKind",
     "InputSource",
     "Layout",
     "OutputKind",
     "OutputSlot",
+    "RuntimeCheck",
     "SizeExpr",
     "SizeFunction",
     "compile_size_expr",

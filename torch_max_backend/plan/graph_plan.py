@@ -53,6 +53,19 @@ class OutputSlot:
     layout: Layout | None = None
 
 
+# The errors a check raises, by name: those eager PyTorch raises for them.
+CHECK_ERRORS = ("IndexError", "RuntimeError")
+
+
+@dataclass(frozen=True)
+class RuntimeCheck:
+    """An input the graph refuses as eager PyTorch does: ``error`` (a name in
+    CHECK_ERRORS) with ``message`` when the graph's flag for it is set."""
+
+    error: str
+    message: str
+
+
 @dataclass(frozen=True)
 class GraphPlan:
     """How the runtime calls one MAX graph like the FX graph it came from.
@@ -62,7 +75,8 @@ class GraphPlan:
     mutations, such as an optimizer's parameter and momentum updates.
     ``written_back`` pairs an FX input with the MAX output holding its new
     value, copied into it after the call (mutated inputs past the graph's
-    buffer budget).
+    buffer budget). ``checks`` are raised after the call when their flags,
+    one boolean each in MAX output ``check_output``, are set.
     """
 
     device: str
@@ -71,6 +85,8 @@ class GraphPlan:
     mutated: tuple[int, ...] = field(default=())
     num_graph_outputs: int = 0
     written_back: tuple[tuple[int, int], ...] = field(default=())
+    checks: tuple[RuntimeCheck, ...] = field(default=())
+    check_output: int = -1
 
     @property
     def results_only(self) -> bool:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from .graph_plan import (
+    CHECK_ERRORS,
     GraphPlan,
     InputKind,
     InputSource,
     Layout,
     OutputKind,
     OutputSlot,
+    RuntimeCheck,
 )
 from .size_expr import SizeExpr, check_size_expr
 
@@ -78,6 +80,8 @@ def plan_to_data(plan: GraphPlan) -> dict[str, Any]:
         "mutated": list(plan.mutated),
         "num_graph_outputs": plan.num_graph_outputs,
         "written_back": [list(pair) for pair in plan.written_back],
+        "checks": [[c.error, c.message] for c in plan.checks],
+        "check_output": plan.check_output,
     }
 
 
@@ -126,6 +130,19 @@ def plan_from_data(data: Any) -> GraphPlan:
             (_int(i, "a written-back input"), _int(o, "a written-back output"))
             for i, o in data.get("written_back", [])
         )
+        checks = tuple(_check(item) for item in data.get("checks", []))
+        check_output = _int(data.get("check_output", -1), "the checks' output")
+        if checks and not 0 <= check_output < count:
+            raise ValueError(f"the checks' output {check_output} is not an output")
     except (KeyError, TypeError) as e:
         raise ValueError(f"malformed plan: {type(e).__name__}: {e}") from None
-    return GraphPlan(device, inputs, outputs, mutated, count, written_back)
+    return GraphPlan(
+        device, inputs, outputs, mutated, count, written_back, checks, check_output
+    )
+
+
+def _check(data: Any) -> RuntimeCheck:
+    error, message = data
+    if error not in CHECK_ERRORS or not isinstance(message, str):
+        raise ValueError(f"a check is an error name and a message, got {data!r}")
+    return RuntimeCheck(error, message)

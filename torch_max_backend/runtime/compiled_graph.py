@@ -22,6 +22,7 @@ from ..plan import (
     Layout,
     OutputKind,
     OutputSlot,
+    RuntimeCheck,
     compile_size_expr,
 )
 
@@ -130,6 +131,9 @@ class CompiledGraph:
         self._mutated = list(plan.mutated)
         # (input, output) pairs: inputs whose new value MAX returns instead.
         self._written_back = list(plan.written_back)
+        # Inputs the graph refuses as eager does (lower/checks.py).
+        self._checks = plan.checks
+        self._check_output = plan.check_output
         self._on_cpu = self._device.type == "cpu"
         # The common case, MAX's results returned as they are, skips the
         # output assembly loop (~2 us a call).
@@ -209,6 +213,8 @@ class CompiledGraph:
             return results
         staged = self._stage_mutated(args) if self._mutated else None
         results = self._results(args)
+        if self._checks and results[self._check_output].any():
+            raise _refusal(results[self._check_output], self._checks)
         for index, output in self._written_back:
             args[index].copy_(results[output])
         if self._mutated:
@@ -260,6 +266,18 @@ def _input_item(
     if kind is InputKind.CONSTANT:
         return as_buffer(constants[index])
     return SEED
+
+
+_CHECK_ERRORS: dict[str, type[Exception]] = {
+    "IndexError": IndexError,
+    "RuntimeError": RuntimeError,
+}
+
+
+def _refusal(flags: torch.Tensor, checks: Sequence[RuntimeCheck]) -> Exception:
+    """The error of the first check whose flag is set, as eager raises it."""
+    failed = checks[int(flags.to(torch.int8).argmax())]
+    return _CHECK_ERRORS[failed.error](failed.message)
 
 
 def _layout_function(layout: Layout) -> Any:

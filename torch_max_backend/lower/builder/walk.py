@@ -21,6 +21,7 @@ from max.graph import Graph, TensorValue, ops
 from ...dtypes import to_max_dtype
 from ...errors import LoweringError, MaxCompilerError, UnsupportedOpsError
 from ...plan import GraphPlan
+from ..checks import Checks, collecting
 from ..context import lowering_node
 from ..index_origin import IndexOrigin, building_with
 from ..layout import ChannelsLastTwins, is_pointwise
@@ -220,7 +221,8 @@ class NodeWalk:
     def run(self) -> BuiltGraph:
         plan = self.inputs
         outputs = OutputPlan(plan.placeholders, plan.symbols, self.eager_layouts)
-        with self.graph, building_with(self.origin):
+        checks = Checks()
+        with self.graph, building_with(self.origin), collecting(checks):
             for node in plan.placeholders:
                 self.values[node] = self._placeholder_value(node)
             if plan.seed_index is not None:
@@ -253,6 +255,10 @@ class NodeWalk:
                     self._outputs(node, outputs)
                 elif node.op != "placeholder":
                     raise MaxCompilerError(f"unsupported FX node kind {node.op!r}")
+            flags = checks.output()
+            check_output = len(outputs.graph_outputs) if flags is not None else -1
+            if flags is not None:
+                outputs.graph_outputs.append(flags)
             self.graph.output(*outputs.graph_outputs)
         return BuiltGraph(
             graph=self.graph,
@@ -263,6 +269,8 @@ class NodeWalk:
                 mutated=tuple(plan.placeholders.index(n) for n in plan.buffered),
                 num_graph_outputs=len(outputs.graph_outputs),
                 written_back=tuple(outputs.written_back),
+                checks=tuple(checks.checks),
+                check_output=check_output,
             ),
             constants=plan.constants,
             index_origin=plan.origin_index is not None,

@@ -15,6 +15,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ...dtypes import to_torch_dtype
+from ..checks import nonzero_divisor
 from ..opmath import opmath
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
@@ -118,6 +119,7 @@ def div_mode(
     if a.dtype.is_float():
         q = ops.div(a, b)
         return ops.floor(q) if rounding_mode == "floor" else ops.trunc(q)
+    b = _divisor(other, b)
     if rounding_mode == "floor":
         return ops.floor_div(a, b)
     return _trunc_div(a, b)
@@ -132,7 +134,16 @@ def remainder(self: Operand, other: Operand) -> TensorValue:
     # Python semantics: the result takes the sign of the divisor.
     if a.dtype.is_float():
         return ops.sub(a, ops.mul(ops.floor(ops.div(a, b)), b))
+    b = _divisor(other, b)
     return ops.sub(a, ops.mul(ops.floor_div(a, b), b))
+
+
+def _divisor(other: Operand, b: TensorValue) -> TensorValue:
+    """An integer division's divisor ``b`` (``other`` promoted), checked for
+    zeros unless it is a literal that is not one."""
+    if isinstance(other, (int, float)) and other != 0:
+        return b
+    return nonzero_divisor(b)
 
 
 def _trunc_div(a: TensorValue, b: TensorValue) -> TensorValue:
@@ -155,6 +166,7 @@ def fmod(self: Operand, other: Operand) -> TensorValue:
     # C semantics: the result takes the sign of the dividend.
     if a.dtype.is_float():
         return ops.sub(a, ops.mul(ops.trunc(ops.div(a, b)), b))
+    b = _divisor(other, b)
     return ops.sub(a, ops.mul(_trunc_div(a, b), b))
 
 

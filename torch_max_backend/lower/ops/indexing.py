@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from max.dtype import DType
 from max.graph import TensorValue, ops
 
+from ..checks import in_range, unless_refused
 from ..kit import node_arg, tensor_meta
 from ..registry import lowering
 from ..scalars import as_tensor
@@ -25,6 +25,7 @@ def embedding(
     sparse: bool = False,
 ) -> TensorValue:
     """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
+    indices, _ = in_range(indices, weight.shape[0], 0, "IndexError", wraps=False)
     if indices.rank == 0:
         # MAX fails to compile a gather by a 0-d index: gather one row.
         row = ops.gather(weight, ops.reshape(indices, [1]), axis=0)
@@ -37,8 +38,11 @@ def index_select(self: TensorValue, dim: int, index: TensorValue) -> TensorValue
     """index_select(Tensor self, int dim, Tensor index) -> Tensor"""
     if self.rank == 0:
         # A 0-d tensor can only be indexed at 0, and the result stays 0-d.
+        _ = in_range(index, 1, 0, "IndexError", wraps=False)
         return self
-    return ops.gather(self, index, axis=normalize_dim(dim, self.rank))
+    axis = normalize_dim(dim, self.rank)
+    index, _ = in_range(index, self.shape[axis], axis, "IndexError", wraps=False)
+    return ops.gather(self, index, axis=axis)
 
 
 def _tensor_indices_only(node: torch.fx.Node) -> str | None:
@@ -64,13 +68,17 @@ class _AdvancedIndex:
         tensors = [indices[d] for d in self.dims]
         self.batch = broadcast_shape(tensors)
         wrapped = []
+        # Whether a check refused the call (an index out of range).
+        self.refused: TensorValue | None = None
         for d, t in zip(self.dims, tensors, strict=True):
-            t = ops.cast(t, DType.int64)
             # Negative indices count from the end, as in torch.
-            size = ops.cast(ops.shape_to_tensor([x.shape[d]]).reshape([]), DType.int64)
-            t = ops.where(
-                ops.greater(as_tensor(0, DType.int64), t), ops.add(t, size), t
-            )
+            t, refused = in_range(t, x.shape[d], d, "IndexError", wraps=True)
+            if refused is not None:
+                self.refused = (
+                    refused
+                    if self.refused is None
+                    else ops.logical_or(self.refused, refused)
+                )
             wrapped.append(ops.broadcast_to(t, self.batch))
         self.vectors = ops.stack(wrapped, axis=-1)
         self.order = self.dims + self.rest
@@ -124,4 +132,5 @@ def index_put(
         order = plan.result_order(len(result_shape))
         updates = ops.permute(updates, [order.index(i) for i in range(len(order))])
     scatter = ops.scatter_nd_add if accumulate else ops.scatter_nd
-    return plan.restore(scatter(plan.moved, updates, plan.vectors))
+    written = plan.restore(scatter(plan.moved, updates, plan.vectors))
+    return unless_refused(plan.refused, written, self)

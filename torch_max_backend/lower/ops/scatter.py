@@ -14,6 +14,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ...dtypes import to_torch_dtype
+from ..checks import in_range, unless_refused
 from ..context import current
 from ..index_origin import runtime_int
 from ..kit import arg_tensor, empty_input, fake_tensor, node_arg
@@ -52,9 +53,10 @@ def gather(
 ) -> TensorValue:
     """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor"""
     if self.rank == 0:
+        _ = in_range(index, 1, 0, "RuntimeError", wraps=False)
         return ops.reshape(self, list(index.shape))
     axis = normalize_dim(dim, self.rank)
-    index = ops.cast(index, DType.int64)
+    index, _ = in_range(index, self.shape[axis], axis, "RuntimeError", wraps=False)
     coords = []
     for d in range(index.rank):
         if d == axis:
@@ -63,6 +65,17 @@ def gather(
             iota = along(positions(index, d), d, index.rank)
             coords.append(ops.broadcast_to(iota, list(index.shape)))
     return ops.gather_nd(self, ops.stack(coords, axis=-1))
+
+
+def _checked(
+    self: TensorValue, dim: int, index: TensorValue
+) -> tuple[TensorValue, TensorValue | None]:
+    """A scatter's index checked against ``self``'s size along ``dim`` (eager
+    raises for one out of range, negative ones included), and whether the
+    check refused the call."""
+    axis = normalize_dim(dim, self.rank) if self.rank else 0
+    size = self.shape[axis] if self.rank else 1
+    return in_range(index, size, axis, "RuntimeError", wraps=False)
 
 
 def _scatter_with(
@@ -83,7 +96,9 @@ def scatter_src(
     self: TensorValue, dim: int, index: TensorValue, src: TensorValue
 ) -> TensorValue:
     """scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor"""
-    return _scatter_with(ops.scatter, self, dim, index, as_tensor(src, self.dtype))
+    index, refused = _checked(self, dim, index)
+    written = _scatter_with(ops.scatter, self, dim, index, as_tensor(src, self.dtype))
+    return unless_refused(refused, written, self)
 
 
 @lowering(aten.scatter.value)
@@ -92,7 +107,10 @@ def scatter_value(
 ) -> TensorValue:
     """scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor"""
     src = ops.broadcast_to(as_tensor(value, self.dtype), list(index.shape))
-    return _scatter_with(ops.scatter, self, dim, index, src)
+    index, refused = _checked(self, dim, index)
+    return unless_refused(
+        refused, _scatter_with(ops.scatter, self, dim, index, src), self
+    )
 
 
 @lowering(aten.scatter_add.default)
@@ -100,7 +118,10 @@ def scatter_add(
     self: TensorValue, dim: int, index: TensorValue, src: TensorValue
 ) -> TensorValue:
     """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor"""
-    return _scatter_with(ops.scatter_add, self, dim, index, as_tensor(src, self.dtype))
+    index, refused = _checked(self, dim, index)
+    src = as_tensor(src, self.dtype)
+    written = _scatter_with(ops.scatter_add, self, dim, index, src)
+    return unless_refused(refused, written, self)
 
 
 def _identity(reduce: str, dtype: DType) -> float | int:
@@ -134,6 +155,19 @@ def scatter_reduce(
     include_self: bool = True,
 ) -> TensorValue:
     """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""
+    index, refused = _checked(self, dim, index)
+    reduced = _reduced(self, dim, index, src, reduce, include_self)
+    return unless_refused(refused, reduced, self)
+
+
+def _reduced(
+    self: TensorValue,
+    dim: int,
+    index: TensorValue,
+    src: TensorValue,
+    reduce: str,
+    include_self: bool,
+) -> TensorValue:
     src = as_tensor(src, self.dtype)
     base = self
     if not include_self:

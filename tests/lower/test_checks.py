@@ -1,0 +1,87 @@
+"""Inputs eager PyTorch refuses are refused the same way: an index out of
+range or an integer division by zero raises eager's error type, with a message
+naming the op and node, instead of reading or writing outside a tensor or
+stopping the process (an integer division by zero traps on x86)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_max_backend import max_backend
+
+
+def _indexed(
+    x: torch.Tensor,
+    rows: torch.Tensor,
+    columns: torch.Tensor,
+    ids: torch.Tensor,
+    table: torch.Tensor,
+    counts: torch.Tensor,
+    divisors: torch.Tensor,
+) -> tuple[torch.Tensor, ...]:
+    return (
+        x[rows],
+        torch.gather(x, 1, columns),
+        torch.zeros_like(x).scatter_add(1, columns, torch.ones_like(x)),
+        torch.nn.functional.embedding(ids, table),
+        x.index_put((rows,), torch.ones(3), accumulate=True),
+        counts // divisors,
+        counts % divisors,
+    )
+
+
+def _valid() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return {
+        "x": torch.randn(4, 3),
+        "rows": torch.tensor([3, -4, 1]),  # negative ones count from the end
+        "columns": torch.tensor([[2, 0, 1]] * 4),
+        "ids": torch.tensor([[0, 5], [2, 2]]),
+        "table": torch.randn(6, 2),
+        "counts": torch.tensor([7, -7, 9]),
+        "divisors": torch.tensor([2, 3, -4]),
+    }
+
+
+# Each: the input changed, its value, the error eager raises, and what ours says.
+REFUSED = [
+    ("rows", torch.tensor([3, 4, 1]), IndexError, r"aten\.index\.Tensor"),
+    ("rows", torch.tensor([3, -5, 1]), IndexError, r"aten\.index\.Tensor"),
+    ("columns", torch.tensor([[2, 0, 3]] * 4), RuntimeError, r"aten\.gather"),
+    ("columns", torch.tensor([[2, -1, 1]] * 4), RuntimeError, r"aten\.gather"),
+    ("ids", torch.tensor([[0, 6], [2, 2]]), IndexError, r"aten\.embedding"),
+    ("divisors", torch.tensor([2, 0, -4]), RuntimeError, r"ZeroDivisionError"),
+]
+
+
+def test_bad_indices_and_zero_divisors_raise_as_in_eager(max_calls):
+    compiled = torch.compile(_indexed, backend=max_backend, options={"strict": True})
+    inputs = _valid()
+    for got, want in zip(compiled(**inputs), _indexed(**inputs), strict=True):
+        torch.testing.assert_close(got, want)
+    for name, value, error, message in REFUSED:
+        bad = {**inputs, name: value}
+        with pytest.raises(error):
+            _indexed(**bad)
+        with pytest.raises(error, match=message) as raised:
+            compiled(**bad)
+        assert "out of bounds" in str(raised.value) or "division" in str(raised.value)
+    # One graph served every call: the checks are computed, not compiled in.
+    assert max_calls.of("inference") == 1 + len(REFUSED)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+def _put_rows(x: torch.Tensor, rows: torch.Tensor) -> None:
+    x[rows] = 1.0
+
+
+def test_a_refused_write_in_place_leaves_the_tensor_as_it_was(max_calls):
+    compiled = torch.compile(_put_rows, backend=max_backend, options={"strict": True})
+    x = torch.zeros(4, 3)
+    compiled(x, torch.tensor([0, 2]))
+    torch.testing.assert_close(x.sum(), torch.tensor(6.0))
+    with pytest.raises(IndexError, match="index_put"):
+        compiled(x, torch.tensor([1, 9]))
+    torch.testing.assert_close(x.sum(), torch.tensor(6.0))
+    assert max_calls.of("inference") == 2

@@ -1,0 +1,110 @@
+"""Inputs a graph refuses at run time, with the error eager PyTorch raises.
+
+Some values make eager PyTorch raise where a MAX kernel would read or write
+outside a tensor (an index out of range: MAX's gathers and scatters by index
+vectors do not check) or stop the process (an integer division by zero traps
+on x86). A lowering that meets such an operand makes it harmless for the
+kernel (an index 0, a divisor 1) and records a check: a flag the graph
+computes ("some index was out of range") with the error eager gives. The
+graph returns every flag in one output; the runtime raises the first check
+whose flag is set, after the call (plan.RuntimeCheck).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+from max.dtype import DType
+from max.graph import Dim, TensorValue, ops
+from max.graph.ops.reduction import max as reduce_max
+
+from ..plan import RuntimeCheck
+from .context import current
+from .scalars import as_tensor
+from .shapes import size_value, static_size
+
+
+class Checks:
+    """The checks of the graph being built and their flags (bool [1] each)."""
+
+    def __init__(self) -> None:
+        self.checks: list[RuntimeCheck] = []
+        self.flags: list[TensorValue] = []
+
+    def output(self) -> TensorValue | None:
+        """One bool per check, in order; None when nothing is checked."""
+        if not self.flags:
+            return None
+        return ops.concat(self.flags, axis=0) if len(self.flags) > 1 else self.flags[0]
+
+
+_CURRENT: ContextVar[Checks | None] = ContextVar("max_runtime_checks", default=None)
+
+
+@contextlib.contextmanager
+def collecting(checks: Checks) -> Iterator[None]:
+    """Checks recorded inside are ``checks``'."""
+    token = _CURRENT.set(checks)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def fail_when(bad: TensorValue, error: str, message: str) -> TensorValue:
+    """After the call, raise ``error`` (IndexError or RuntimeError) with
+    ``message``, naming the op and node, when any element of ``bad`` is true.
+    Returns that condition (bool, shape [1]). Outside a graph build (nothing
+    collecting) nothing is raised."""
+    flat = ops.cast(ops.reshape(bad, [-1]), DType.int32)
+    any_bad = ops.greater(reduce_max(flat, axis=0), as_tensor(0, DType.int32))
+    checks = _CURRENT.get()
+    if checks is not None:
+        node = current().node
+        checks.flags.append(any_bad)
+        checks.checks.append(
+            RuntimeCheck(error, f"{message} ({node.target}, node {node.name})")
+        )
+    return any_bad
+
+
+def unless_refused(
+    refused: TensorValue | None, result: TensorValue, original: TensorValue
+) -> TensorValue:
+    """``result``, or ``original`` when a check ``refused`` the call: an op
+    writing into a tensor in place leaves it as it was, as eager does."""
+    if refused is None or original.rank == 0:
+        return result
+    return ops.where(ops.reshape(refused, [1] * original.rank), original, result)
+
+
+def in_range(
+    index: TensorValue, size: int | Dim, dim: int, error: str, wraps: bool
+) -> tuple[TensorValue, TensorValue | None]:
+    """``index`` (made int64) checked to address one of ``size`` positions
+    along ``dim``, as eager checks it: negative positions count from the end
+    where the op ``wraps`` them. An index outside reads position 0, and the
+    call raises ``error``. Returns the index and whether the call is refused
+    (None for an index with no elements)."""
+    index = ops.cast(index, DType.int64)
+    if any(static_size(d) == 0 for d in index.shape):
+        return index, None
+    zero = as_tensor(0, DType.int64)
+    length = as_tensor(size if isinstance(size, int) else size_value(size), DType.int64)
+    if wraps:
+        index = ops.where(ops.greater(zero, index), ops.add(index, length), index)
+    bad = ops.logical_or(ops.greater(zero, index), ops.greater_equal(index, length))
+    message = f"index out of bounds for dimension {dim} with size {size}"
+    refused = fail_when(bad, error, message)
+    return ops.where(bad, zero, index), refused
+
+
+def nonzero_divisor(divisor: TensorValue) -> TensorValue:
+    """An integer ``divisor`` with its zeros made 1; the call raises eager's
+    RuntimeError (ZeroDivisionError) when there was one."""
+    zero = as_tensor(0, divisor.dtype)
+    bad = ops.equal(divisor, zero)
+    fail_when(bad, "RuntimeError", "ZeroDivisionError: integer division by zero")
+    return ops.where(bad, as_tensor(1, divisor.dtype), divisor)
