@@ -93,7 +93,10 @@ def test_a_decode_step_updates_the_cache_in_place(max_calls, caplog):
             )
     torch.testing.assert_close(compiled_module.keys, eager.keys, rtol=0, atol=0)
     torch.testing.assert_close(compiled_module.values, eager.values, rtol=0, atol=0)
-    assert max_calls.of("inference") == 4  # one graph, every position
+    # A position past the cache raises as in eager (checked once for both).
+    with torch.no_grad(), pytest.raises(IndexError, match="out of bounds"):
+        compiled(*_step(CAPACITY))
+    assert max_calls.of("inference") == 5  # one graph, every position
     graph = "\n".join(
         r.getMessage() for r in caplog.records if "MAX graph" in r.getMessage()
     )

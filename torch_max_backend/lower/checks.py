@@ -32,6 +32,8 @@ class Checks:
     def __init__(self) -> None:
         self.checks: list[RuntimeCheck] = []
         self.flags: list[TensorValue] = []
+        # A check recorded once, by key (one position checked for each layer).
+        self.keyed: dict[object, TensorValue] = {}
 
     def output(self) -> TensorValue | None:
         """One bool per check, in order; None when nothing is checked."""
@@ -53,20 +55,27 @@ def collecting(checks: Checks) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def fail_when(bad: TensorValue, error: str, message: str) -> TensorValue:
+def fail_when(
+    bad: TensorValue, error: str, message: str, key: object = None
+) -> TensorValue:
     """After the call, raise ``error`` (IndexError or RuntimeError) with
     ``message``, naming the op and node, when any element of ``bad`` is true.
-    Returns that condition (bool, shape [1]). Outside a graph build (nothing
-    collecting) nothing is raised."""
+    Returns that condition (bool, shape [1]). A check with the ``key`` of one
+    recorded before is that one. Outside a graph build (nothing collecting)
+    nothing is raised."""
+    checks = _CURRENT.get()
+    if checks is not None and key is not None and key in checks.keyed:
+        return checks.keyed[key]
     flat = ops.cast(ops.reshape(bad, [-1]), DType.int32)
     any_bad = ops.greater(reduce_max(flat, axis=0), as_tensor(0, DType.int32))
-    checks = _CURRENT.get()
     if checks is not None:
         node = current().node
         checks.flags.append(any_bad)
         checks.checks.append(
             RuntimeCheck(error, f"{message} ({node.target}, node {node.name})")
         )
+        if key is not None:
+            checks.keyed[key] = any_bad
     return any_bad
 
 
@@ -81,13 +90,18 @@ def unless_refused(
 
 
 def in_range(
-    index: TensorValue, size: int | Dim, dim: int, error: str, wraps: bool
+    index: TensorValue,
+    size: int | Dim,
+    dim: int,
+    error: str,
+    wraps: bool,
+    key: object = None,
 ) -> tuple[TensorValue, TensorValue | None]:
     """``index`` (made int64) checked to address one of ``size`` positions
     along ``dim``, as eager checks it: negative positions count from the end
     where the op ``wraps`` them. An index outside reads position 0, and the
-    call raises ``error``. Returns the index and whether the call is refused
-    (None for an index with no elements)."""
+    call raises ``error`` (``key`` as ``fail_when``'s). Returns the index and
+    whether the call is refused (None for an index with no elements)."""
     index = ops.cast(index, DType.int64)
     if any(static_size(d) == 0 for d in index.shape):
         return index, None
@@ -97,7 +111,7 @@ def in_range(
         index = ops.where(ops.greater(zero, index), ops.add(index, length), index)
     bad = ops.logical_or(ops.greater(zero, index), ops.greater_equal(index, length))
     message = f"index out of bounds for dimension {dim} with size {size}"
-    refused = fail_when(bad, error, message)
+    refused = fail_when(bad, error, message, key)
     return ops.where(bad, zero, index), refused
 
 

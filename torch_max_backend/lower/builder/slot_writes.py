@@ -18,6 +18,7 @@ import torch
 from max.dtype import DType
 from max.graph import BufferValue, DeviceRef, TensorValue, ops
 
+from ..checks import in_range
 from ..kit import is_static, same_sizes, tensor_meta
 from .planning import InputPlan, writes_input
 
@@ -124,8 +125,11 @@ def store_slot(
         return ops.constant(value, DType.int64, device=DeviceRef.CPU())
 
     start = ops.cast(ops.reshape(position, []), DType.int64)
+    # A position out of range raises eager's IndexError after the call; every
+    # layer's cache is written at the same position, checked once.
+    in_range(start, size, write.dim, "IndexError", wraps=True, key=write.position)
     # Negative positions count from the end, as in torch; a position out of
-    # range (torch raises) is clamped so that no store leaves the buffer.
+    # range is clamped so that no store leaves the buffer (that slot changes).
     start = ops.where(start < constant(0), start + constant(size), start)
     start = ops.where(start < constant(0), constant(0), start)
     start = ops.where(start > constant(size - 1), constant(size - 1), start)
