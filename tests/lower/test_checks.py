@@ -85,3 +85,22 @@ def test_a_refused_write_in_place_leaves_the_tensor_as_it_was(max_calls):
         compiled(x, torch.tensor([1, 9]))
     torch.testing.assert_close(x.sum(), torch.tensor(6.0))
     assert max_calls.of("inference") == 2
+
+
+def test_a_bag_of_embeddings_refuses_a_row_past_the_table(max_calls):
+    table = torch.randn(5, 3)
+    compiled = torch.compile(
+        torch.nn.functional.embedding_bag, backend=max_backend, options={"strict": True}
+    )
+    offsets = torch.tensor([0, 1])
+    ids = torch.tensor([1, 4, 2])
+    torch.testing.assert_close(
+        compiled(ids, table, offsets),
+        torch.nn.functional.embedding_bag(ids, table, offsets),
+    )
+    bad = torch.tensor([1, 5, 2])
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.embedding_bag(bad, table, offsets)
+    with pytest.raises(RuntimeError, match=r"out of bounds .* _embedding_bag"):
+        compiled(bad, table, offsets)
+    assert max_calls.of("inference") == 2

@@ -14,6 +14,7 @@ from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
+from ..checks import in_range
 from ..context import current
 from ..kit import fake_tensor, has_no_elements, node_arg, schema_args
 from ..registry import lowering
@@ -204,7 +205,8 @@ def embedding_bag(
     index_dtype = to_max_dtype(meta[1].dtype)
     num_bags = _num_bags(offsets, include_last_offset)
     bag = _bag_of_each_index(indices, offsets, include_last_offset)
-    rows = ops.gather(weight, indices, axis=0)
+    rows_of, _ = in_range(indices, weight.shape[0], 0, "RuntimeError", wraps=False)
+    rows = ops.gather(weight, rows_of, axis=0)
     keep = ops.not_equal(indices, as_tensor(padding_idx, indices.dtype))
     # Indices per bag, padding excluded.
     counts = ops.scatter_nd_add(
