@@ -69,7 +69,7 @@ def test_bad_indices_and_zero_divisors_raise_as_in_eager(max_calls):
         assert "out of bounds" in str(raised.value) or "division" in str(raised.value)
     # One graph served every call: the checks are computed, not compiled in.
     assert max_calls.of("inference") == 1 + len(REFUSED)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert len(set(max_calls.names)) == 1
 
 
 def _put_rows(x: torch.Tensor, rows: torch.Tensor) -> None:
