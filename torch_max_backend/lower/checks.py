@@ -22,7 +22,7 @@ from max.graph.ops.reduction import max as reduce_max
 
 from ..plan import RuntimeCheck
 from .context import current
-from .scalars import as_tensor
+from .scalars import Operand, as_tensor
 from .shapes import size_value, static_size
 
 
@@ -115,9 +115,12 @@ def in_range(
     return ops.where(bad, zero, index), refused
 
 
-def nonzero_divisor(divisor: TensorValue) -> TensorValue:
-    """An integer ``divisor`` with its zeros made 1; the call raises eager's
-    RuntimeError (ZeroDivisionError) when there was one."""
+def nonzero_divisor(divisor: TensorValue, operand: Operand) -> TensorValue:
+    """An integer ``divisor`` (``operand`` promoted) with its zeros made 1;
+    the call raises eager's RuntimeError (ZeroDivisionError) when there was
+    one. A literal that is not zero needs no check."""
+    if isinstance(operand, (int, float)) and operand != 0:
+        return divisor
     zero = as_tensor(0, divisor.dtype)
     bad = ops.equal(divisor, zero)
     fail_when(bad, "RuntimeError", "ZeroDivisionError: integer division by zero")

@@ -54,7 +54,10 @@ class OutputSlot:
 
 
 # The errors a check raises, by name: those eager PyTorch raises for them.
-CHECK_ERRORS = ("IndexError", "RuntimeError")
+CHECK_ERRORS: dict[str, type[Exception]] = {
+    "IndexError": IndexError,
+    "RuntimeError": RuntimeError,
+}
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,10 @@ class RuntimeCheck:
 
     error: str
     message: str
+
+    def exception(self) -> Exception:
+        """The error raised when the check's flag is set."""
+        return CHECK_ERRORS[self.error](self.message)
 
 
 @dataclass(frozen=True)

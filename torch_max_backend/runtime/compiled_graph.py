@@ -268,16 +268,10 @@ def _input_item(
     return SEED
 
 
-_CHECK_ERRORS: dict[str, type[Exception]] = {
-    "IndexError": IndexError,
-    "RuntimeError": RuntimeError,
-}
-
-
 def _refusal(flags: torch.Tensor, checks: Sequence[RuntimeCheck]) -> Exception:
     """The error of the first check whose flag is set, as eager raises it."""
     failed = checks[int(flags.to(torch.int8).argmax())]
-    return _CHECK_ERRORS[failed.error](failed.message)
+    return failed.exception()
 
 
 def _layout_function(layout: Layout) -> Any:

@@ -119,7 +119,7 @@ def div_mode(
     if a.dtype.is_float():
         q = ops.div(a, b)
         return ops.floor(q) if rounding_mode == "floor" else ops.trunc(q)
-    b = _divisor(other, b)
+    b = nonzero_divisor(b, other)
     if rounding_mode == "floor":
         return ops.floor_div(a, b)
     return _trunc_div(a, b)
@@ -134,16 +134,8 @@ def remainder(self: Operand, other: Operand) -> TensorValue:
     # Python semantics: the result takes the sign of the divisor.
     if a.dtype.is_float():
         return ops.sub(a, ops.mul(ops.floor(ops.div(a, b)), b))
-    b = _divisor(other, b)
+    b = nonzero_divisor(b, other)
     return ops.sub(a, ops.mul(ops.floor_div(a, b), b))
-
-
-def _divisor(other: Operand, b: TensorValue) -> TensorValue:
-    """An integer division's divisor ``b`` (``other`` promoted), checked for
-    zeros unless it is a literal that is not one."""
-    if isinstance(other, (int, float)) and other != 0:
-        return b
-    return nonzero_divisor(b)
 
 
 def _trunc_div(a: TensorValue, b: TensorValue) -> TensorValue:
@@ -166,7 +158,7 @@ def fmod(self: Operand, other: Operand) -> TensorValue:
     # C semantics: the result takes the sign of the dividend.
     if a.dtype.is_float():
         return ops.sub(a, ops.mul(ops.trunc(ops.div(a, b)), b))
-    b = _divisor(other, b)
+    b = nonzero_divisor(b, other)
     return ops.sub(a, ops.mul(_trunc_div(a, b), b))
 
 
