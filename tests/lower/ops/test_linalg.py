@@ -117,3 +117,28 @@ def test_skinny_kernel_matches_eager(max_calls):
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     assert max_calls.of("inference") == 1
+
+
+def test_products_over_an_empty_inner_dimension_match_eager(max_calls):
+    # MAX's matmul with nothing to contract leaves its output unwritten
+    # (garbage from memory) and drops an epilogue fused into it (addmm's and
+    # linear's bias): eager gives zeros, plus the bias.
+    x, w, b = torch.randn(2, 0), torch.randn(3, 0), torch.randn(3)
+    batch = torch.randn(4, 2, 0)
+
+    def products(x, w, b, batch):
+        return (
+            torch.mm(x, w.t()),
+            torch.addmm(b, x, w.t(), beta=2.0, alpha=3.0),
+            F.linear(x, w, b),
+            torch.bmm(batch, batch.transpose(1, 2)),
+            x @ w.t() + 1,
+        )
+
+    compiled = torch.compile(
+        products, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
+    got, want = compiled(x, w, b, batch), products(x, w, b, batch)
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e)
+    assert max_calls.of("inference") == 1
