@@ -66,6 +66,34 @@ def test_negating_unsigned_integers_wraps_around_as_in_eager(max_calls):
     assert max_calls.count == 1
 
 
+def test_integer_scalars_out_of_the_tensors_range_wrap_as_in_eager(max_calls):
+    # Eager casts a Python int to a small integer tensor's dtype with
+    # wrap-around (300 is 44 in int8); the build raised "value cannot be
+    # converted to type int8 without overflow" instead.
+    def fn(i, u, s, wide):
+        return (
+            i * 300,
+            i + 300,
+            300 - i,
+            i < 300,
+            i == 300,
+            i // 300,
+            i % 300,
+            i & 300,
+            i / 300,
+            torch.maximum(i, wide),
+            u > -1,
+            u * -1,
+            s * 70000,
+        )
+
+    i = torch.tensor([1, -1, 100, 127, -128], dtype=torch.int8)
+    u = torch.tensor([0, 1, 255, 128, 7], dtype=torch.uint8)
+    s = torch.tensor([1, -3, 2, 0, 7], dtype=torch.int16)
+    check_against_eager(fn, i, u, s, torch.tensor(300))
+    assert max_calls.count == 1
+
+
 def test_comparisons_logic_and_where(max_calls):
     def fn(x, y, i):
         return (

@@ -249,6 +249,19 @@ class InputPlan:
             else:
                 meta = _first_tensor_meta([node])
                 dtype = meta.dtype if meta is not None else torch.tensor(value).dtype
+            if _out_of_range(value, dtype):
+                # 300 with an int8 tensor: the lowering's own promotion casts
+                # it (wrapping around, as eager: 44 for a product, 300 for
+                # a true division).
+                dtype = torch.int64
             tensor = torch.tensor(value, dtype=dtype, device=self.device)
             index = self._add_constant(tensor, tensor, f"scalar of {node.name}")
             self.scalars_of.setdefault(node, []).append((key, index, type(value)))
+
+
+def _out_of_range(value: object, dtype: torch.dtype) -> bool:
+    """Whether a Python int does not fit a (narrower) integer dtype."""
+    if type(value) is not int or dtype.is_floating_point or dtype == torch.bool:
+        return False
+    info = torch.iinfo(dtype)
+    return not info.min <= value <= info.max
