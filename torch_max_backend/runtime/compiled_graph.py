@@ -234,7 +234,7 @@ class CompiledGraph:
             elif code == _EXPR:
                 outputs.append(value(args))
             elif code == _STRIDED:
-                outputs.append(results[index].as_strided(*value(args)))
+                outputs.append(_laid_out(results[index], *value(args)))
             else:
                 outputs.append(value)
         args.clear()
@@ -272,6 +272,17 @@ def _refusal(flags: torch.Tensor, checks: Sequence[RuntimeCheck]) -> Exception:
     """The error of the first check whose flag is set, as eager raises it."""
     failed = checks[int(flags.to(torch.int8).argmax())]
     return failed.exception()
+
+
+def _laid_out(
+    result: torch.Tensor, sizes: list[int], strides: list[int], offset: int
+) -> torch.Tensor:
+    """``result``'s memory read with eager's sizes, strides and offset, as a
+    tensor of its own rather than a view (``as_strided``): autograd forbids
+    writing in place into a view that a custom Function (AOTAutograd's
+    compiled forward) returned, where eager's tensor takes the write."""
+    laid_out = result.new_empty(0)
+    return laid_out.set_(result.untyped_storage(), offset, sizes, strides)
 
 
 def _layout_function(layout: Layout) -> Any:
