@@ -19,6 +19,7 @@ FAMILIES: tuple[str, ...] = (
     "convolution",
     "creation",
     "cumulative",
+    "division",
     "elementwise",
     "embedding",
     "float_functions",

@@ -127,11 +127,7 @@ def test_comparisons_logic_and_where(max_calls):
 
 # Lowerings no core OpInfo case reaches (backward, optimizer and non-core
 # overloads): training, model and hand-written tests exercise them.
-OUTSIDE_OPINFO = (
-    "aten.div.Scalar_mode",
-    "aten.true_divide.Tensor",
-    "prims.fma.default",
-)
+OUTSIDE_OPINFO = ("prims.fma.default",)
 
 
 def test_elementwise_lowerings_build_for_every_opinfo_case():

@@ -15,7 +15,6 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ...dtypes import to_torch_dtype
-from ..checks import nonzero_divisor
 from ..opmath import opmath
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
@@ -93,73 +92,6 @@ def fma(a: TensorValue, b: TensorValue, c: TensorValue) -> TensorValue:
     # optimizer's ``param.add_(grad, alpha=-lr)`` when lr is a tensor.
     x, y, z = promote(a, b, c)
     return ops.add(ops.mul(x, y), z)
-
-
-@lowering(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor)
-@opmath
-def div(self: Operand, other: Operand) -> TensorValue:
-    """div.Tensor(Tensor self, Tensor other) -> Tensor
-    div.Scalar(Tensor self, Scalar other) -> Tensor
-    true_divide.Tensor(Tensor self, Tensor other) -> Tensor
-    """
-    out = out_max_dtype()  # true division: integers promote to float
-    return ops.div(as_tensor(self, out), as_tensor(other, out))
-
-
-@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
-def div_mode(
-    self: Operand, other: Operand, *, rounding_mode: str | None
-) -> TensorValue:
-    """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor
-    div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor
-    """
-    if rounding_mode is None:
-        return div(self, other)
-    a, b = promote(self, other)
-    if a.dtype.is_float():
-        q = ops.div(a, b)
-        return ops.floor(q) if rounding_mode == "floor" else ops.trunc(q)
-    b = nonzero_divisor(b, other)
-    if rounding_mode == "floor":
-        return ops.floor_div(a, b)
-    return _trunc_div(a, b)
-
-
-@lowering(aten.remainder.Tensor, aten.remainder.Scalar)
-def remainder(self: Operand, other: Operand) -> TensorValue:
-    """remainder.Tensor(Tensor self, Tensor other) -> Tensor
-    remainder.Scalar(Tensor self, Scalar other) -> Tensor
-    """
-    a, b = promote(self, other)
-    # Python semantics: the result takes the sign of the divisor.
-    if a.dtype.is_float():
-        return ops.sub(a, ops.mul(ops.floor(ops.div(a, b)), b))
-    b = nonzero_divisor(b, other)
-    return ops.sub(a, ops.mul(ops.floor_div(a, b), b))
-
-
-def _trunc_div(a: TensorValue, b: TensorValue) -> TensorValue:
-    """Integer division rounding towards zero, as C and torch's trunc mode do."""
-    floor_q = ops.floor_div(a, b)
-    # Floor division steps down for negative inexact quotients: step back up.
-    inexact = ops.not_equal(ops.mul(floor_q, b), a)
-    zero = as_tensor(0, a.dtype)
-    negative = ops.logical_xor(ops.greater(zero, a), ops.greater(zero, b))
-    one = as_tensor(1, a.dtype)
-    return ops.where(ops.logical_and(inexact, negative), ops.add(floor_q, one), floor_q)
-
-
-@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
-def fmod(self: Operand, other: Operand) -> TensorValue:
-    """fmod.Tensor(Tensor self, Tensor other) -> Tensor
-    fmod.Scalar(Tensor self, Scalar other) -> Tensor
-    """
-    a, b = promote(self, other)
-    # C semantics: the result takes the sign of the dividend.
-    if a.dtype.is_float():
-        return ops.sub(a, ops.mul(ops.trunc(ops.div(a, b)), b))
-    b = nonzero_divisor(b, other)
-    return ops.sub(a, ops.mul(_trunc_div(a, b), b))
 
 
 @lowering(aten.neg.default)

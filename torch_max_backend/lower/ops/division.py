@@ -1,0 +1,119 @@
+"""Division: true division, floor and trunc modes, remainder and fmod.
+
+Integer divisions refuse a zero divisor at run time (eager raises
+ZeroDivisionError; x86 traps). Float remainders are computed as eager's are,
+from an exact fmod: ``a - floor(a / b) * b`` in the operands' precision
+rounds the quotient (100 % 0.1 gave 0, eager 0.0999985) and makes NaN of an
+infinite divisor (-10 % inf is inf in eager, as in Python).
+"""
+
+from __future__ import annotations
+
+import torch
+from max.dtype import DType
+from max.graph import TensorValue, ops
+
+from ..checks import nonzero_divisor
+from ..opmath import opmath
+from ..registry import lowering
+from ..scalars import Operand, as_tensor, out_max_dtype, promote
+
+aten = torch.ops.aten
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor)
+@opmath
+def div(self: Operand, other: Operand) -> TensorValue:
+    """div.Tensor(Tensor self, Tensor other) -> Tensor
+    div.Scalar(Tensor self, Scalar other) -> Tensor
+    true_divide.Tensor(Tensor self, Tensor other) -> Tensor
+    """
+    out = out_max_dtype()  # true division: integers promote to float
+    return ops.div(as_tensor(self, out), as_tensor(other, out))
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(
+    self: Operand, other: Operand, *, rounding_mode: str | None
+) -> TensorValue:
+    """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor
+    div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor
+    """
+    if rounding_mode is None:
+        return div(self, other)
+    a, b = promote(self, other)
+    if a.dtype.is_float():
+        q = ops.div(a, b)
+        return ops.floor(q) if rounding_mode == "floor" else ops.trunc(q)
+    b = nonzero_divisor(b, other)
+    if rounding_mode == "floor":
+        return ops.floor_div(a, b)
+    return _trunc_div(a, b)
+
+
+def _float_fmod(a: TensorValue, b: TensorValue) -> TensorValue:
+    """C's fmod of float ``a`` and ``b``, in float64: the result has the sign
+    of ``a`` and is smaller than ``b`` in magnitude. Exact for float32 and
+    half-precision operands whose quotient is below 2^29 (the product of the
+    truncated quotient and ``b`` then fits float64's 53 bits); float64
+    operands get the same steps in their own precision."""
+    wide = DType.float64
+    a, b = ops.cast(a, wide), ops.cast(b, wide)
+    zero = as_tensor(0, wide)
+    q = ops.trunc(ops.div(a, b))
+    # A zero quotient leaves ``a`` as it is (an infinite divisor: 0 * inf
+    # would be NaN).
+    r = ops.where(ops.equal(q, zero), a, ops.sub(a, ops.mul(q, b)))
+    # The quotient's rounding can leave the result one divisor out of range.
+    size = ops.abs(b)
+    r = ops.where(
+        ops.logical_and(ops.greater(a, zero), ops.greater(zero, r)), ops.add(r, size), r
+    )
+    r = ops.where(
+        ops.logical_and(ops.greater(zero, a), ops.greater(r, zero)), ops.sub(r, size), r
+    )
+    over = ops.greater_equal(ops.abs(r), size)
+    toward_zero = ops.where(ops.greater(r, zero), ops.sub(r, size), ops.add(r, size))
+    return ops.where(over, toward_zero, r)
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar)
+def remainder(self: Operand, other: Operand) -> TensorValue:
+    """remainder.Tensor(Tensor self, Tensor other) -> Tensor
+    remainder.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    a, b = promote(self, other)
+    # Python semantics: the result takes the sign of the divisor.
+    if a.dtype.is_float():
+        r = _float_fmod(a, b)
+        wide_b = ops.cast(b, r.dtype)
+        zero = as_tensor(0, r.dtype)
+        signs_differ = ops.not_equal(ops.greater(zero, wide_b), ops.greater(zero, r))
+        shift = ops.logical_and(ops.not_equal(r, zero), signs_differ)
+        return ops.cast(ops.where(shift, ops.add(r, wide_b), r), a.dtype)
+    b = nonzero_divisor(b, other)
+    return ops.sub(a, ops.mul(ops.floor_div(a, b), b))
+
+
+def _trunc_div(a: TensorValue, b: TensorValue) -> TensorValue:
+    """Integer division rounding towards zero, as C and torch's trunc mode do."""
+    floor_q = ops.floor_div(a, b)
+    # Floor division steps down for negative inexact quotients: step back up.
+    inexact = ops.not_equal(ops.mul(floor_q, b), a)
+    zero = as_tensor(0, a.dtype)
+    negative = ops.logical_xor(ops.greater(zero, a), ops.greater(zero, b))
+    one = as_tensor(1, a.dtype)
+    return ops.where(ops.logical_and(inexact, negative), ops.add(floor_q, one), floor_q)
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(self: Operand, other: Operand) -> TensorValue:
+    """fmod.Tensor(Tensor self, Tensor other) -> Tensor
+    fmod.Scalar(Tensor self, Scalar other) -> Tensor
+    """
+    a, b = promote(self, other)
+    # C semantics: the result takes the sign of the dividend.
+    if a.dtype.is_float():
+        return ops.cast(_float_fmod(a, b), a.dtype)
+    b = nonzero_divisor(b, other)
+    return ops.sub(a, ops.mul(_trunc_div(a, b), b))
