@@ -13,7 +13,8 @@ INF = float("inf")
 def test_float_remainder_and_fmod_match_eager(max_calls):
     # Composed in the operands' precision, 100 % 0.1 gave 0 (eager 0.0999985,
     # 0.1 being a little above a tenth in float32) and an infinite divisor
-    # gave NaN (eager: -10 % inf is inf, 15 % inf is 15).
+    # gave NaN (eager: -10 % inf is inf, 15 % inf is 15). Floor division
+    # likewise.
     def fn(a, b, h, g):
         return (
             torch.remainder(a, b),
@@ -22,14 +23,25 @@ def test_float_remainder_and_fmod_match_eager(max_calls):
             torch.fmod(a, -2.5),
             torch.remainder(h, g),
             torch.fmod(h, g),
+            # Eager's floor division subtracts the exact remainder: 1 // 0.1
+            # is 9, where flooring the rounded quotient 10.0 gave 10.
+            torch.div(a, b, rounding_mode="floor"),
+            torch.floor_divide(a, 0.1),
+            torch.div(h, g, rounding_mode="floor"),
+            torch.div(a, b, rounding_mode="trunc"),
+            torch.div(h, g, rounding_mode="trunc"),
         )
 
-    a = torch.tensor(
-        [15.0, -10.0, 35.0, -25.0, 100.0, -100.0, 5.5, -5.5, 0.0, 7.0, 1e6 + 0.3, 9.0]
-    )
-    b = torch.tensor([INF, INF, -INF, -INF, 0.1, 0.1, -2.0, 2.0, 3.0, 0.0, 0.7, 3.0])
-    h = torch.tensor([100.0, -7.5, 3.0, 1000.0], dtype=torch.bfloat16)
-    g = torch.tensor([0.1, 2.0, -INF, 0.3], dtype=torch.bfloat16)
+    a = torch.tensor([
+        15.0, -10.0, 35.0, -25.0, 100.0, -100.0, 5.5, -5.5, 0.0,
+        7.0, 1e6 + 0.3, 9.0, 1.0, -0.0, INF, -3.0, 2.999,
+    ])  # fmt: skip
+    b = torch.tensor([
+        INF, INF, -INF, -INF, 0.1, 0.1, -2.0, 2.0, 3.0,
+        0.0, 0.7, 3.0, 0.1, 3.0, 2.0, -INF, 1.0,
+    ])  # fmt: skip
+    h = torch.tensor([100.0, -7.5, 3.0, 1000.0, 2.0, 1.0], dtype=torch.bfloat16)
+    g = torch.tensor([0.1, 2.0, -INF, 0.3, 0.6679, 0.0], dtype=torch.bfloat16)
     check_against_eager(fn, a, b, h, g, rtol=0, atol=0)
     assert max_calls.count == 1
 

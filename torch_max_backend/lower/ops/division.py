@@ -42,9 +42,12 @@ def div_mode(
     if rounding_mode is None:
         return div(self, other)
     a, b = promote(self, other)
+    if a.dtype.is_float() and rounding_mode == "floor":
+        return ops.cast(_float_floor_div(a, b), a.dtype)
     if a.dtype.is_float():
-        q = ops.div(a, b)
-        return ops.floor(q) if rounding_mode == "floor" else ops.trunc(q)
+        # As eager: the quotient rounded to the operands' dtype, truncated
+        # (2 / 0.668 in bfloat16 is 3.0, truncated 3).
+        return ops.trunc(ops.div(a, b))
     b = nonzero_divisor(b, other)
     if rounding_mode == "floor":
         return ops.floor_div(a, b)
@@ -75,6 +78,31 @@ def _float_fmod(a: TensorValue, b: TensorValue) -> TensorValue:
     over = ops.greater_equal(ops.abs(r), size)
     toward_zero = ops.where(ops.greater(r, zero), ops.sub(r, size), ops.add(r, size))
     return ops.where(over, toward_zero, r)
+
+
+def _float_floor_div(a: TensorValue, b: TensorValue) -> TensorValue:
+    """Python's float floor division, as eager computes it (in float64): the
+    quotient of ``a`` less its exact remainder, so that 1 // 0.1 is 9, where
+    flooring the rounded quotient 10.0 gives 10."""
+    wide = DType.float64
+    a, b = ops.cast(a, wide), ops.cast(b, wide)
+    zero = as_tensor(0, wide)
+    quotient = ops.div(a, b)
+    mod = _float_fmod(a, b)
+    div = ops.div(ops.sub(a, mod), b)
+    signs_differ = ops.not_equal(ops.greater(zero, b), ops.greater(zero, mod))
+    div = ops.where(
+        ops.logical_and(ops.not_equal(mod, zero), signs_differ),
+        ops.sub(div, as_tensor(1, wide)),
+        div,
+    )
+    floored = ops.floor(div)
+    rounded_up = ops.greater(ops.sub(div, floored), as_tensor(0.5, wide))
+    floored = ops.where(rounded_up, ops.add(floored, as_tensor(1, wide)), floored)
+    # A zero quotient keeps its sign (trunc of a quotient below 1 in size);
+    # a zero divisor gives the true quotient: infinities or NaN.
+    floored = ops.where(ops.equal(div, zero), ops.trunc(quotient), floored)
+    return ops.where(ops.equal(b, zero), quotient, floored)
 
 
 @lowering(aten.remainder.Tensor, aten.remainder.Scalar)
