@@ -33,18 +33,6 @@ class ScalarArg:
 Operand = TensorValue | ScalarArg | bool | int | float
 
 
-def wrap_integer(value: object, bits: int, signed: bool) -> object:
-    """A Python int ``value`` as an integer of ``bits`` holds it, wrapping
-    around as eager does when it casts a number to a tensor's dtype (300 is
-    44 in int8, -1 is 255 in uint8); anything else as it is."""
-    if type(value) is not int:
-        return value
-    value %= 1 << bits
-    if signed and value >= 1 << (bits - 1):
-        value -= 1 << bits
-    return value
-
-
 def _wrapped_dtype(kind: type) -> torch.dtype:
     if kind is bool:
         return torch.bool
@@ -104,8 +92,6 @@ def as_tensor(x: Operand, dtype: DType) -> TensorValue:
         x = x.value
     if isinstance(x, TensorValue):
         return x if x.dtype == dtype else ops.cast(x, dtype)
-    if dtype.is_integral():
-        x = wrap_integer(x, dtype.size_in_bits, dtype.is_signed_integral())
     return ops.constant(x, dtype, device=current().device)
 
 

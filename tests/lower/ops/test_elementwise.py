@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from .family_check import check_family
@@ -92,6 +93,11 @@ def test_integer_scalars_out_of_the_tensors_range_wrap_as_in_eager(max_calls):
     s = torch.tensor([1, -3, 2, 0, 7], dtype=torch.int16)
     check_against_eager(fn, i, u, s, torch.tensor(300))
     assert max_calls.count == 1
+    # Where eager refuses such a number (a bound, a fill value), so do we.
+    with pytest.raises(RuntimeError, match="cannot be converted to type int8"):
+        torch.compile(lambda t: torch.clamp(t, max=300), backend="max")(i)
+    with pytest.raises(RuntimeError, match="cannot be converted to type uint8"):
+        torch.compile(lambda t: torch.where(t > 0, t, 300), backend="max")(u)
 
 
 def test_comparisons_logic_and_where(max_calls):

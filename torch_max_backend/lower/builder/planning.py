@@ -249,19 +249,30 @@ class InputPlan:
             else:
                 meta = _first_tensor_meta([node])
                 dtype = meta.dtype if meta is not None else torch.tensor(value).dtype
-            if _out_of_range(value, dtype):
+            if arg.name == "other" and _wraps_around(node, value, dtype):
                 # 300 with an int8 tensor: the lowering's own promotion casts
                 # it (wrapping around, as eager: 44 for a product, 300 for
-                # a true division).
+                # a true division). Elsewhere (clamp's bounds, a fill value,
+                # alpha) eager refuses it, as torch.tensor below does.
                 dtype = torch.int64
             tensor = torch.tensor(value, dtype=dtype, device=self.device)
             index = self._add_constant(tensor, tensor, f"scalar of {node.name}")
             self.scalars_of.setdefault(node, []).append((key, index, type(value)))
 
 
-def _out_of_range(value: object, dtype: torch.dtype) -> bool:
-    """Whether a Python int does not fit a (narrower) integer dtype."""
+_REFUSING_OTHER = (
+    torch.ops.aten.where.ScalarOther,
+    torch.ops.aten.where.Scalar,
+)
+
+
+def _wraps_around(node: torch.fx.Node, value: object, dtype: torch.dtype) -> bool:
+    """Whether a Python int is a binary op's operand out of a (narrower)
+    integer dtype's range, which eager casts with wrap-around; ``where``
+    refuses one, as a fill does."""
     if type(value) is not int or dtype.is_floating_point or dtype == torch.bool:
+        return False
+    if node.target in _REFUSING_OTHER:
         return False
     info = torch.iinfo(dtype)
     return not info.min <= value <= info.max
