@@ -1,4 +1,4 @@
-"""Sorting and selection: sort, topk.
+"""Sorting and selection: sort (stable too), topk.
 
 MAX's top_k/bottom_k select along any axis on CPU (the last axis on GPU);
 a full sort is a top_k of the whole axis. MAX's selection leaves a row that
@@ -14,10 +14,11 @@ import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
+from ...dtypes import to_torch_dtype
 from ..kit import arg_tensor, node_arg
 from ..registry import lowering
 from ..scalars import as_tensor
-from ..shapes import normalize_dim, static_size
+from ..shapes import along, normalize_dim, positions, static_size
 
 aten = torch.ops.aten
 
@@ -50,8 +51,38 @@ def _ordering_key(x: TensorValue) -> TensorValue:
     return ops.where(ops.is_nan(x), as_tensor(nan, wide), key)
 
 
+# A stable sort orders equal values by position: each key moves by its
+# position times a step too small to reach the next distinct value. A float
+# key (float32 or narrower, in float64) has 29 bits to spare: steps of 2^-50
+# of its size (2^-180 at zero) move a row of 2^24 positions by less than the
+# gap to a neighbouring float32. Integers of 32 bits or fewer take steps of
+# 2^-22, 2^22 positions a row. Wider values leave no room (see _stable_sort).
+_FLOAT_STEP, _ZERO_STEP, STABLE_FLOAT_ROW = 2.0**-50, 2.0**-180, 1 << 24
+_INT_STEP, STABLE_INT_ROW = 2.0**-22, 1 << 22
+_STABLE_INTS = (DType.bool, DType.int8, DType.uint8, DType.int16, DType.uint16)
+
+
+def _stable_key(moved: TensorValue, descending: bool) -> TensorValue:
+    """A float64 key of ``moved`` along its last axis with no two equal:
+    ties are broken by position, first first in either direction."""
+    wide = DType.float64
+    last = moved.rank - 1
+    position = ops.cast(along(positions(moved, last), last, moved.rank), wide)
+    if moved.dtype.is_float():
+        key = _ordering_key(moved)
+        step = ops.max(
+            ops.mul(ops.abs(key), as_tensor(_FLOAT_STEP, wide)),
+            as_tensor(_ZERO_STEP, wide),
+        )
+    else:
+        key = ops.cast(moved, wide)
+        step = as_tensor(_INT_STEP, wide)
+    offset = ops.mul(position, step)
+    return ops.sub(key, offset) if descending else ops.add(key, offset)
+
+
 def _select(
-    x: TensorValue, k: int, dim: int, largest: bool
+    x: TensorValue, k: int, dim: int, largest: bool, stable: bool = False
 ) -> tuple[TensorValue, TensorValue]:
     if x.rank == 0:
         return x, ops.constant(0, DType.int64, device=x.device)
@@ -59,8 +90,9 @@ def _select(
     last = x.rank - 1
     moved = x if axis == last else ops.transpose(x, axis, last)
     select = ops.top_k if largest else ops.bottom_k
-    if moved.dtype.is_float():
-        _, indices = select(_ordering_key(moved), k, axis=-1)
+    if stable or moved.dtype.is_float():
+        key = _stable_key(moved, largest) if stable else _ordering_key(moved)
+        _, indices = select(key, k, axis=-1)
         values = ops.gather_nd(moved, ops.unsqueeze(indices, -1), batch_dims=last)
     else:
         values, indices = select(moved, k, axis=-1)
@@ -105,3 +137,35 @@ def topk(
 ) -> tuple[TensorValue, TensorValue]:
     """topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)"""
     return _select(self, k, dim, largest)
+
+
+def _stable_sort(node: torch.fx.Node) -> str | None:
+    """A sorted dim of static size; a stable sort of floats of 32 bits or
+    fewer along at most 2^24 positions, or of integers of 32 bits or fewer
+    along at most 2^22 (room in a float64 key for the position)."""
+    reason = _static_axis(node)
+    meta = arg_tensor(node, 0)
+    if reason is not None or meta.dim() == 0 or not node.kwargs.get("stable"):
+        return reason
+    size = meta.shape[normalize_dim(node.kwargs.get("dim", -1), meta.dim())]
+    if meta.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return None if size <= STABLE_FLOAT_ROW else "a stable sort of a long row"
+    if meta.dtype in (torch.int32, *map(to_torch_dtype, _STABLE_INTS)):
+        return None if size <= STABLE_INT_ROW else "a stable sort of a long row"
+    return f"a stable sort of {meta.dtype} (no room in the key for the position)"
+
+
+@lowering(aten.sort.stable, supports=_stable_sort)
+def sort_stable(
+    self: TensorValue,
+    *,
+    stable: bool | None = None,
+    dim: int = -1,
+    descending: bool = False,
+) -> tuple[TensorValue, TensorValue]:
+    """sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)"""
+    if self.rank == 0:
+        return _select(self, 1, dim, True)
+    size = static_size(self.shape[normalize_dim(dim, self.rank)])
+    assert size is not None  # _stable_sort
+    return _select(self, size, dim, descending, stable=bool(stable))
