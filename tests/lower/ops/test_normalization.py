@@ -52,3 +52,27 @@ def test_half_precision_layer_group_and_batch_norm_compile_and_match_eager():
         check_against_eager(
             norms, x, w, b, img, gw, gb, mean, var, rtol=1.6e-2, atol=1e-2
         )
+
+
+def test_group_norm_with_one_channel_a_group_compiles(max_calls):
+    # wav2vec2's feature encoder: GroupNorm(C, C) over [N, C, T]. Grouped as
+    # [N, C, -1], the input's own shape, MAX fused the normalization and the
+    # per-channel weight into its LayerNorm kernel and failed to compile the
+    # graph (inference and training forward), which then ran in PyTorch.
+    import torch
+
+    from torch_max_backend import max_backend
+
+    torch.manual_seed(0)
+    eager = torch.nn.GroupNorm(16, 16)
+    torch.nn.init.normal_(eager.weight)
+    torch.nn.init.normal_(eager.bias)
+    x = torch.randn(2, 16, 40)
+    compiled = torch.compile(eager, backend=max_backend, options={"strict": True})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), eager(x))
+    leaf, mine = x.clone().requires_grad_(), x.clone().requires_grad_()
+    eager(leaf).square().sum().backward()
+    compiled(mine).square().sum().backward()
+    torch.testing.assert_close(mine.grad, leaf.grad)
+    assert [max_calls.of(k) for k in ("inference", "forward", "backward")] == [1, 1, 1]

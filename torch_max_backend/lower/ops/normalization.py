@@ -216,7 +216,14 @@ def native_group_norm(
     """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)"""
     # Statistics in float32 for half precision, as torch's kernels.
     dtype = accumulation_dtype(input.dtype)
-    x = ops.cast(ops.reshape(input, [N, group, -1]), dtype)
+    grouped = [N, group, -1]
+    if input.rank == 3 and static_size(input.shape[1]) == group:
+        # One channel a group: [N, group, -1] is the input's own shape, and
+        # MAX then fuses the normalization and the per-channel weight into
+        # its LayerNorm kernel with a weight it cannot take (the graph failed
+        # to compile); one row a group hides the pattern.
+        grouped = [-1, input.shape[2]]
+    x = ops.cast(ops.reshape(input, grouped), dtype)
     normalized, mean, rstd = _normalize_last(x, eps)
     out = ops.reshape(normalized, list(input.shape))
     if weight is not None:
