@@ -80,6 +80,14 @@ def _float_fmod(a: TensorValue, b: TensorValue) -> TensorValue:
     return ops.where(over, toward_zero, r)
 
 
+def _off_sign(mod: TensorValue, b: TensorValue) -> TensorValue:
+    """Where fmod's ``mod`` is nonzero with a sign other than the divisor's:
+    Python's remainder adds ``b`` there, its floor division steps down."""
+    zero = as_tensor(0, mod.dtype)
+    signs_differ = ops.not_equal(ops.greater(zero, b), ops.greater(zero, mod))
+    return ops.logical_and(ops.not_equal(mod, zero), signs_differ)
+
+
 def _float_floor_div(a: TensorValue, b: TensorValue) -> TensorValue:
     """Python's float floor division, as eager computes it (in float64): the
     quotient of ``a`` less its exact remainder, so that 1 // 0.1 is 9, where
@@ -90,12 +98,7 @@ def _float_floor_div(a: TensorValue, b: TensorValue) -> TensorValue:
     quotient = ops.div(a, b)
     mod = _float_fmod(a, b)
     div = ops.div(ops.sub(a, mod), b)
-    signs_differ = ops.not_equal(ops.greater(zero, b), ops.greater(zero, mod))
-    div = ops.where(
-        ops.logical_and(ops.not_equal(mod, zero), signs_differ),
-        ops.sub(div, as_tensor(1, wide)),
-        div,
-    )
+    div = ops.where(_off_sign(mod, b), ops.sub(div, as_tensor(1, wide)), div)
     floored = ops.floor(div)
     rounded_up = ops.greater(ops.sub(div, floored), as_tensor(0.5, wide))
     floored = ops.where(rounded_up, ops.add(floored, as_tensor(1, wide)), floored)
@@ -115,9 +118,7 @@ def remainder(self: Operand, other: Operand) -> TensorValue:
     if a.dtype.is_float():
         r = _float_fmod(a, b)
         wide_b = ops.cast(b, r.dtype)
-        zero = as_tensor(0, r.dtype)
-        signs_differ = ops.not_equal(ops.greater(zero, wide_b), ops.greater(zero, r))
-        shift = ops.logical_and(ops.not_equal(r, zero), signs_differ)
+        shift = _off_sign(r, wide_b)
         return ops.cast(ops.where(shift, ops.add(r, wide_b), r), a.dtype)
     b = nonzero_divisor(b, other)
     return ops.sub(a, ops.mul(ops.floor_div(a, b), b))
