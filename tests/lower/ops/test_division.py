@@ -21,6 +21,7 @@ def test_float_remainder_and_fmod_match_eager(max_calls):
             torch.fmod(a, b),
             a % 0.1,
             torch.fmod(a, -2.5),
+            5.5 % b,
             torch.remainder(h, g),
             torch.fmod(h, g),
             # Eager's floor division subtracts the exact remainder: 1 // 0.1
@@ -48,7 +49,12 @@ def test_float_remainder_and_fmod_match_eager(max_calls):
 
 # Lowerings no core OpInfo case reaches (non-core overloads): hand-written
 # and model tests exercise them.
-OUTSIDE_OPINFO = ("aten.div.Scalar_mode", "aten.true_divide.Tensor")
+OUTSIDE_OPINFO = (
+    "aten.div.Scalar_mode",
+    "aten.true_divide.Tensor",
+    # `5.5 % b` above; `300 % i` in test_elementwise.py.
+    "aten.remainder.Scalar_Tensor",
+)
 
 
 def test_division_lowerings_build_for_every_opinfo_case():

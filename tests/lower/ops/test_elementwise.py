@@ -86,6 +86,10 @@ def test_integer_scalars_out_of_the_tensors_range_wrap_as_in_eager(max_calls):
             u > -1,
             u * -1,
             s * 70000,
+            # A number as the first operand wraps the same way.
+            torch.pow(300, u),
+            torch.pow(-129, i),
+            300 % i,
         )
 
     i = torch.tensor([1, -1, 100, 127, -128], dtype=torch.int8)

@@ -249,7 +249,7 @@ class InputPlan:
             else:
                 meta = _first_tensor_meta([node])
                 dtype = meta.dtype if meta is not None else torch.tensor(value).dtype
-            if arg.name == "other" and _wraps_around(node, value, dtype):
+            if arg.name in _OPERANDS and _wraps_around(node, value, dtype):
                 # 300 with an int8 tensor: the lowering's own promotion casts
                 # it (wrapping around, as eager: 44 for a product, 300 for
                 # a true division). Elsewhere (clamp's bounds, a fill value,
@@ -260,6 +260,9 @@ class InputPlan:
             self.scalars_of.setdefault(node, []).append((key, index, type(value)))
 
 
+# A binary op's operands: a number there is the other operand (`i * 300`,
+# `torch.pow(300, i)`, `300 % i`), not a bound or a fill value.
+_OPERANDS = ("self", "other")
 _REFUSING_OTHER = (
     torch.ops.aten.where.ScalarOther,
     torch.ops.aten.where.Scalar,

@@ -108,10 +108,11 @@ def _float_floor_div(a: TensorValue, b: TensorValue) -> TensorValue:
     return ops.where(ops.equal(b, zero), quotient, floored)
 
 
-@lowering(aten.remainder.Tensor, aten.remainder.Scalar)
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
 def remainder(self: Operand, other: Operand) -> TensorValue:
     """remainder.Tensor(Tensor self, Tensor other) -> Tensor
     remainder.Scalar(Tensor self, Scalar other) -> Tensor
+    remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor
     """
     a, b = promote(self, other)
     # Python semantics: the result takes the sign of the divisor.
