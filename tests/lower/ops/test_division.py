@@ -59,3 +59,27 @@ OUTSIDE_OPINFO = (
 
 def test_division_lowerings_build_for_every_opinfo_case():
     check_family("division", OUTSIDE_OPINFO)
+
+
+def test_the_smallest_integer_divided_by_minus_one_wraps_as_in_eager(max_calls):
+    # x86's integer division traps on MIN / -1: the whole process died of
+    # SIGFPE where eager wraps (MIN // -1 is MIN, MIN % -1 is 0). Eager's own
+    # int64 trunc division traps too, so that one is checked on int8 alone.
+    def fn(a, b, s):
+        return (
+            a // b,
+            torch.div(s, b.to(torch.int8), rounding_mode="trunc"),
+            a % b,
+            torch.fmod(a, b),
+            s // b.to(torch.int8),
+            torch.fmod(s, b.to(torch.int8)),
+            a // -1,
+            a % -1,
+        )
+
+    low = torch.iinfo(torch.int64).min
+    a = torch.tensor([low, low, 7, -7, low + 1, 0], dtype=torch.int64)
+    b = torch.tensor([-1, 3, -1, -2, -1, -1], dtype=torch.int64)
+    s = torch.tensor([-128, -128, 127, 5, -127, 0], dtype=torch.int8)
+    check_against_eager(fn, a, b, s, rtol=0, atol=0)
+    assert max_calls.count == 1

@@ -1,7 +1,8 @@
 """Division: true division, floor and trunc modes, remainder and fmod.
 
 Integer divisions refuse a zero divisor at run time (eager raises
-ZeroDivisionError; x86 traps). Float remainders are computed as eager's are,
+ZeroDivisionError; x86 traps) and divide by -1 as a negation (x86 traps on
+the smallest value over -1 too, killing the process; eager wraps). Float remainders are computed as eager's are,
 from an exact fmod: ``a - floor(a / b) * b`` in the operands' precision
 rounds the quotient (100 % 0.1 gave 0, eager 0.0999985) and makes NaN of an
 infinite divisor (-10 % inf is inf in eager, as in Python).
@@ -48,10 +49,37 @@ def div_mode(
         # As eager: the quotient rounded to the operands' dtype, truncated
         # (2 / 0.668 in bfloat16 is 3.0, truncated 3).
         return ops.trunc(ops.div(a, b))
-    b = nonzero_divisor(b, other)
+    b, minus_one = _divisor(b, other)
     if rounding_mode == "floor":
-        return ops.floor_div(a, b)
-    return _trunc_div(a, b)
+        return _negated_where(minus_one, a, ops.floor_div(a, b))
+    return _negated_where(minus_one, a, _trunc_div(a, b))
+
+
+def _divisor(b: TensorValue, other: Operand) -> tuple[TensorValue, TensorValue | bool]:
+    """An integer divisor with its zeros refused and its -1s made 1, and where
+    it was -1 (a bool for a literal or an unsigned dtype). Anything divided
+    by 1 leaves no remainder, as by -1."""
+    b = nonzero_divisor(b, other)
+    if isinstance(other, (int, float)):
+        return (as_tensor(1, b.dtype) if other == -1 else b), other == -1
+    if b.dtype in _UNSIGNED:
+        return b, False
+    minus_one = ops.equal(b, as_tensor(-1, b.dtype))
+    return ops.where(minus_one, as_tensor(1, b.dtype), b), minus_one
+
+
+_UNSIGNED = (DType.uint8, DType.uint16, DType.uint32, DType.uint64, DType.bool)
+
+
+def _negated_where(
+    minus_one: TensorValue | bool, a: TensorValue, quotient: TensorValue
+) -> TensorValue:
+    """``quotient``, with ``-a`` where the divisor was -1 (wrapping around for
+    the smallest value, as eager)."""
+    if minus_one is False:
+        return quotient
+    negated = ops.sub(as_tensor(0, a.dtype), a)
+    return negated if minus_one is True else ops.where(minus_one, negated, quotient)
 
 
 def _float_fmod(a: TensorValue, b: TensorValue) -> TensorValue:
@@ -121,7 +149,7 @@ def remainder(self: Operand, other: Operand) -> TensorValue:
         wide_b = ops.cast(b, r.dtype)
         shift = _off_sign(r, wide_b)
         return ops.cast(ops.where(shift, ops.add(r, wide_b), r), a.dtype)
-    b = nonzero_divisor(b, other)
+    b, _ = _divisor(b, other)
     return ops.sub(a, ops.mul(ops.floor_div(a, b), b))
 
 
@@ -145,5 +173,5 @@ def fmod(self: Operand, other: Operand) -> TensorValue:
     # C semantics: the result takes the sign of the dividend.
     if a.dtype.is_float():
         return ops.cast(_float_fmod(a, b), a.dtype)
-    b = nonzero_divisor(b, other)
+    b, _ = _divisor(b, other)
     return ops.sub(a, ops.mul(_trunc_div(a, b), b))
