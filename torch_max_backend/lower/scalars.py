@@ -91,7 +91,14 @@ def as_tensor(x: Operand, dtype: DType) -> TensorValue:
     if isinstance(x, ScalarArg):
         x = x.value
     if isinstance(x, TensorValue):
-        return x if x.dtype == dtype else ops.cast(x, dtype)
+        if x.dtype == dtype:
+            return x
+        if dtype == DType.bool and x.dtype.is_float():
+            # A float's truth is whether it is nonzero, NaN included (MAX's
+            # cast and its ordered not_equal make NaN False).
+            zero = ops.constant(0, x.dtype, device=x.device)
+            return ops.logical_or(ops.not_equal(x, zero), ops.is_nan(x))
+        return ops.cast(x, dtype)
     return ops.constant(x, dtype, device=current().device)
 
 

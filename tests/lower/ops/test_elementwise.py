@@ -104,6 +104,35 @@ def test_integer_scalars_out_of_the_tensors_range_wrap_as_in_eager(max_calls):
         torch.compile(lambda t: torch.where(t > 0, t, 300), backend="max")(u)
 
 
+def test_nan_is_true_and_unequal_and_integers_round_to_themselves(max_calls):
+    # MAX's cast made NaN False (torch: nonzero, so True), as did x != 0.5,
+    # any() and logical ops; floor, ceil, trunc
+    # and round of an integer tensor failed MAX's compile and ran in PyTorch.
+    def fn(x, h, i, u):
+        return (
+            x.bool(),
+            h.to(torch.bool),
+            torch.zeros_like(x, dtype=torch.bool).copy_(x),
+            torch.floor(i),
+            torch.ceil(i),
+            torch.trunc(i.to(torch.int32)),
+            torch.round(u),
+            # MAX's not_equal is false where a side is NaN; torch's is true.
+            x != 0.5,
+            x != x.flip(0),
+            x.flip(0) != x,
+            torch.logical_not(x),
+            torch.logical_and(x, h.float()),
+            x[:3].any(),  # NaN, 0, -0
+            torch.linalg.vector_norm(x, 0),
+        )
+
+    x = torch.tensor([float("nan"), 0.0, -0.0, float("inf"), 1e-30, -2.0])
+    i = torch.tensor([-128, -1, 0, 5, 127, 3], dtype=torch.int8)
+    check_against_eager(fn, x, x.to(torch.bfloat16), i, i.to(torch.uint8))
+    assert max_calls.count == 1
+
+
 def test_comparisons_logic_and_where(max_calls):
     def fn(x, y, i):
         return (

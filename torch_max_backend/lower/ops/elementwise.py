@@ -232,7 +232,10 @@ def _unary(
     op: torch._ops.OpOverload, fn: Callable[[TensorValue], TensorValue], exact: bool
 ) -> None:
     def lower(self: TensorValue) -> TensorValue:
-        return fn(as_tensor(self, out_max_dtype()))
+        out = out_max_dtype()
+        if op in _ROUNDINGS and not out.is_float():
+            return as_tensor(self, out)  # an integer is its own floor (MAX: no kernel)
+        return fn(as_tensor(self, out))
 
     lower.__name__ = op.__name__.split(".")[0]
     lower.__doc__ = str(op._schema).removeprefix("aten::")
@@ -240,6 +243,12 @@ def _unary(
     lowering(op)(lower if exact else opmath(lower))
 
 
+_ROUNDINGS = (
+    aten.floor.default,
+    aten.ceil.default,
+    aten.trunc.default,
+    aten.round.default,
+)
 for _op, _fn, _exact in [
     (aten.abs.default, ops.abs, True),
     (aten.exp.default, torch_exp, False),

@@ -202,7 +202,7 @@ def _p_norm(diff: TensorValue, p: float, axis: int) -> TensorValue:
     """The p-norm of ``diff`` along ``axis`` (p may be 0 or inf, as in torch)."""
     a = ops.abs(diff)
     if p == 0:
-        nonzero = ops.cast(ops.not_equal(a, as_tensor(0, a.dtype)), a.dtype)
+        nonzero = ops.cast(as_tensor(a, DType.bool), a.dtype)  # NaN counts
         return ops.squeeze(ops.sum(nonzero, axis=axis), axis)
     if p == math.inf:
         return ops.squeeze(torch_max(a, axis), axis)

@@ -29,6 +29,10 @@ def _compare(
     def lower(self: Operand, other: Operand) -> TensorValue:
         a, b = promote(self, other)
         result = fn(b, a) if swap else fn(a, b)
+        if fn is ops.not_equal and a.dtype.is_float():
+            # MAX's not_equal is ordered, false where either side is NaN
+            # (x != 0.5 of a NaN); torch's is true there.
+            return ops.logical_or(result, ops.logical_or(ops.is_nan(a), ops.is_nan(b)))
         if not (isinstance(self, TensorValue) and isinstance(other, TensorValue)):
             return result
         return _with_nans_unequal(fn, a, result)
@@ -45,15 +49,13 @@ def _with_nans_unequal(
 ) -> TensorValue:
     """``result`` of comparing two float tensors, NaN unequal to itself.
 
-    MAX simplifies a comparison of a value with itself (``x != x`` to false,
-    ``x == x`` and ``x >= x`` to true), right only where x is not NaN; views
+    MAX simplifies a comparison of a value with itself (``x == x`` and
+    ``x >= x`` to true), right only where x is not NaN; views
     and merged repeats make such pairs out of different nodes. When the
     operands differ, a NaN in ``a`` decides the result the same way, so the
     correction changes nothing there."""
     if not a.dtype.is_float() or fn is ops.greater:
         return result  # x > x is false, as for a NaN
-    if fn is ops.not_equal:
-        return ops.logical_or(result, ops.is_nan(a))
     return ops.logical_and(result, ops.logical_not(ops.is_nan(a)))
 
 
@@ -73,9 +75,9 @@ for _name, _fn, _swap in [
 
 
 def _as_bool(x: Operand) -> TensorValue:
-    if isinstance(x, TensorValue) and x.dtype != DType.bool:
+    if isinstance(x, TensorValue) and not x.dtype.is_float() and x.dtype != DType.bool:
         return ops.not_equal(x, as_tensor(0, x.dtype))
-    return as_tensor(x, DType.bool)
+    return as_tensor(x, DType.bool)  # a float: NaN is true
 
 
 @lowering(aten.logical_not.default)

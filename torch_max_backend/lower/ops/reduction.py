@@ -151,7 +151,7 @@ def min_all(self: TensorValue) -> TensorValue:
 def _any(
     x: TensorValue, dims: Sequence[int] | int | None, keepdim: bool
 ) -> TensorValue:
-    as_int = ops.cast(ops.not_equal(x, as_tensor(0, x.dtype)), DType.int32)
+    as_int = ops.cast(as_tensor(x, DType.bool), DType.int32)  # NaN is true
     return ops.greater(
         reduce_axes(as_int, dims, keepdim, reduce_max), as_tensor(0, DType.int32)
     )
@@ -287,7 +287,7 @@ def power_sum(
     half precision; ord 0 counts non-zeros)."""
     a = ops.abs(_wide(x))
     if ord == 0:
-        a = ops.cast(ops.not_equal(a, as_tensor(0, a.dtype)), a.dtype)
+        a = ops.cast(as_tensor(a, DType.bool), a.dtype)  # NaN counts
     elif ord == 2:
         a = ops.mul(a, a)
     elif ord != 1:

@@ -203,8 +203,7 @@ def to_copy(
     memory_format: torch.memory_format | None = None,
 ) -> TensorValue:
     """_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor"""
-    out = out_max_dtype()
-    return self if self.dtype == out else ops.cast(self, out)
+    return as_tensor(self, out_max_dtype())
 
 
 @lowering(torch.ops.prims.convert_element_type.default)
@@ -212,8 +211,7 @@ def convert_element_type(self: TensorValue, dtype: torch.dtype) -> TensorValue:
     """prims::convert_element_type(Tensor a, ScalarType dtype) -> Tensor"""
     # AOTAutograd emits it for Python float arithmetic on symbolic floats
     # (``torch.compile(dynamic=True)`` makes float arguments graph inputs).
-    out = to_max_dtype(dtype)
-    return self if self.dtype == out else ops.cast(self, out)
+    return as_tensor(self, to_max_dtype(dtype))
 
 
 @lowering(aten.copy.default, aten.copy_.default)
