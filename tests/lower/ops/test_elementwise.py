@@ -125,6 +125,9 @@ def test_nan_is_true_and_unequal_and_integers_round_to_themselves(max_calls):
             torch.logical_and(x, h.float()),
             x[:3].any(),  # NaN, 0, -0
             torch.linalg.vector_norm(x, 0),
+            # Integers into float functions (the lowering failed to build).
+            torch.sigmoid(i),
+            torch.tanh(i),
         )
 
     x = torch.tensor([float("nan"), 0.0, -0.0, float("inf"), 1e-30, -2.0])

@@ -11,7 +11,7 @@ from max.graph.ops.reduction import max as reduce_max
 
 from ..opmath import opmath
 from ..registry import lowering
-from ..scalars import Operand, as_tensor
+from ..scalars import Operand, as_tensor, out_max_dtype
 from ..shapes import normalize_dim
 from .elementwise import (
     accurate_expm1,
@@ -50,14 +50,14 @@ def silu(self: TensorValue) -> TensorValue:
 @opmath
 def sigmoid(self: TensorValue) -> TensorValue:
     """sigmoid(Tensor self) -> Tensor"""
-    return torch_sigmoid(self)
+    return torch_sigmoid(as_tensor(self, out_max_dtype()))  # integers: float
 
 
 @lowering(aten.tanh.default)
 @opmath
 def tanh(self: TensorValue) -> TensorValue:
     """tanh(Tensor self) -> Tensor"""
-    return torch_tanh(self)
+    return torch_tanh(as_tensor(self, out_max_dtype()))  # integers: float
 
 
 def _along_last(
