@@ -34,3 +34,13 @@ def test_float64_arctangents_keep_float64_accuracy(max_calls):
 
     check_against_eager(fn, x, y, rtol=1e-14, atol=0.0)
     assert max_calls.count == 1
+
+
+def test_atan2_keeps_nan_and_signed_zeros(max_calls):
+    # A NaN over a zero gave +-pi/2 and two infinities NaN; eager (and C)
+    # gives NaN and +-pi/4 or +-3pi/4.
+    nan, inf = float("nan"), float("inf")
+    y = torch.tensor([nan, nan, 1.0, -0.0, nan, 0.0, -0.0, inf, -inf, 2.0])
+    x = torch.tensor([0.0, -0.0, nan, -0.0, 1.0, -0.0, 0.0, -inf, inf, -0.0])
+    check_against_eager(torch.atan2, y, x, rtol=0.0, atol=1e-7)
+    assert max_calls.count == 1

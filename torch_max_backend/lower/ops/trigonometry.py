@@ -16,7 +16,7 @@ from max.graph import TensorValue, ops
 from ..opmath import opmath
 from ..registry import lowering
 from ..scalars import Operand, as_tensor, out_max_dtype
-from .elementwise import accurate_expm1, torch_exp
+from .elementwise import accurate_expm1, keep_nan, torch_exp
 
 aten = torch.ops.aten
 
@@ -97,7 +97,16 @@ def _atan2(y: TensorValue, x: TensorValue) -> TensorValue:
     half_pi = ops.where(y_negative, _c(-math.pi / 2, x), _c(math.pi / 2, x))
     x_negative = _negative(x)
     on_y_axis = ops.where(ops.equal(y, zero), ops.where(x_negative, pi, y), half_pi)
-    return ops.where(x_zero, on_y_axis, ops.where(x_negative, ops.add(base, pi), base))
+    # A NaN y over a zero x is NaN too (it fell to +-pi/2 above).
+    on_y_axis = keep_nan(y, on_y_axis)
+    result = ops.where(
+        x_zero, on_y_axis, ops.where(x_negative, ops.add(base, pi), base)
+    )
+    # Two infinities point at a corner (y / x is NaN): +-pi/4 or +-3pi/4.
+    corner = ops.where(x_negative, _c(3 * math.pi / 4, x), _c(math.pi / 4, x))
+    corner = ops.where(y_negative, ops.negate(corner), corner)
+    both_infinite = ops.logical_and(ops.is_inf(y), ops.is_inf(x))
+    return ops.where(both_infinite, corner, result)
 
 
 @lowering(aten.atan2.default)
