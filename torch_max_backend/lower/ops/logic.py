@@ -10,6 +10,7 @@ from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
 from ...kernels.library import SHIPPED, custom
+from ..checks import fail_when
 from ..context import current
 from ..registry import lowering
 from ..scalars import Operand, as_tensor, out_max_dtype, promote
@@ -200,3 +201,14 @@ def masked_fill(self: TensorValue, mask: TensorValue, value: Operand) -> TensorV
     masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor
     """
     return ops.where(_as_bool(mask), as_tensor(value, self.dtype), self)
+
+
+# -- assertions ----------------------------------------------------------------
+
+
+@lowering(aten._assert_async.msg)
+def assert_async(self: TensorValue, assert_msg: str) -> None:
+    """_assert_async.msg(Tensor self, str assert_msg) -> ()"""
+    # Decompositions assert on values (one_hot's class range): raised after
+    # the call, as the runtime checks of index ops are.
+    fail_when(ops.logical_not(as_tensor(self, DType.bool)), "RuntimeError", assert_msg)
