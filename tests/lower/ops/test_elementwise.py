@@ -102,6 +102,8 @@ def test_integer_scalars_out_of_the_tensors_range_wrap_as_in_eager(max_calls):
         torch.compile(lambda t: torch.clamp(t, max=300), backend="max")(i)
     with pytest.raises(RuntimeError, match="cannot be converted to type uint8"):
         torch.compile(lambda t: torch.where(t > 0, t, 300), backend="max")(u)
+    with pytest.raises(RuntimeError, match="cannot be converted to type uint8"):
+        torch.compile(lambda t: torch.where(t > 0, 300, t), backend="max")(u)
 
 
 def test_nan_is_true_and_unequal_and_integers_round_to_themselves(max_calls):

@@ -265,6 +265,7 @@ class InputPlan:
 _OPERANDS = ("self", "other")
 _REFUSING_OTHER = (
     torch.ops.aten.where.ScalarOther,
+    torch.ops.aten.where.ScalarSelf,
     torch.ops.aten.where.Scalar,
 )
 
