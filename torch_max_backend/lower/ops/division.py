@@ -2,10 +2,11 @@
 
 Integer divisions refuse a zero divisor at run time (eager raises
 ZeroDivisionError; x86 traps) and divide by -1 as a negation (x86 traps on
-the smallest value over -1 too, killing the process; eager wraps). Float remainders are computed as eager's are,
-from an exact fmod: ``a - floor(a / b) * b`` in the operands' precision
-rounds the quotient (100 % 0.1 gave 0, eager 0.0999985) and makes NaN of an
-infinite divisor (-10 % inf is inf in eager, as in Python).
+the smallest value over -1 too, killing the process; eager wraps). Float
+remainders are computed as eager's are, from an exact fmod:
+``a - floor(a / b) * b`` in the operands' precision rounds the quotient
+(100 % 0.1 gave 0, eager 0.0999985) and makes NaN of an infinite divisor
+(-10 % inf is inf in eager, as in Python).
 """
 
 from __future__ import annotations
