@@ -63,13 +63,10 @@ def _divisor(b: TensorValue, other: Operand) -> tuple[TensorValue, TensorValue |
     b = nonzero_divisor(b, other)
     if isinstance(other, (int, float)):
         return (as_tensor(1, b.dtype) if other == -1 else b), other == -1
-    if b.dtype in _UNSIGNED:
+    if not b.dtype.is_signed_integral():  # unsigned and bool: no -1
         return b, False
     minus_one = ops.equal(b, as_tensor(-1, b.dtype))
     return ops.where(minus_one, as_tensor(1, b.dtype), b), minus_one
-
-
-_UNSIGNED = (DType.uint8, DType.uint16, DType.uint32, DType.uint64, DType.bool)
 
 
 def _negated_where(
