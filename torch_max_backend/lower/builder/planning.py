@@ -263,11 +263,6 @@ class InputPlan:
 # A binary op's operands: a number there is the other operand (`i * 300`,
 # `torch.pow(300, i)`, `300 % i`), not a bound or a fill value.
 _OPERANDS = ("self", "other")
-_REFUSING_OTHER = (
-    torch.ops.aten.where.ScalarOther,
-    torch.ops.aten.where.ScalarSelf,
-    torch.ops.aten.where.Scalar,
-)
 
 
 def _wraps_around(node: torch.fx.Node, value: object, dtype: torch.dtype) -> bool:
@@ -276,7 +271,7 @@ def _wraps_around(node: torch.fx.Node, value: object, dtype: torch.dtype) -> boo
     refuses one, as a fill does."""
     if type(value) is not int or dtype.is_floating_point or dtype == torch.bool:
         return False
-    if node.target in _REFUSING_OTHER:
-        return False
+    if getattr(node.target, "overloadpacket", None) is torch.ops.aten.where:
+        return False  # where.ScalarSelf, ScalarOther and Scalar
     info = torch.iinfo(dtype)
     return not info.min <= value <= info.max

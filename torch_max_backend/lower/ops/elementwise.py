@@ -21,7 +21,6 @@ from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
 
 aten = torch.ops.aten
 prims = torch.ops.prims
-_UNSIGNED = (DType.uint8, DType.uint16, DType.uint32, DType.uint64)
 
 
 def _is_one(x: Operand) -> bool:
@@ -97,7 +96,7 @@ def fma(a: TensorValue, b: TensorValue, c: TensorValue) -> TensorValue:
 @lowering(aten.neg.default)
 def neg(self: TensorValue) -> TensorValue:
     """neg(Tensor self) -> Tensor"""
-    if self.dtype in _UNSIGNED:
+    if self.dtype.is_unsigned_integral():
         # MAX negates signed values only (and turns 0 - x into a negation):
         # (largest - x) + 1 wraps around to torch's 2^bits - x.
         largest = as_tensor(torch.iinfo(to_torch_dtype(self.dtype)).max, self.dtype)
