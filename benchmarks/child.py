@@ -39,3 +39,18 @@ def child_json(
     if done.returncode != 0:
         raise ChildFailed(done.returncode, done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def child_json_or_exit(
+    args: list[str],
+    what: str,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """``child_json``, ending the benchmark with the child's error output,
+    naming ``what`` failed, when the child fails."""
+    try:
+        return child_json(args, env=env, timeout=timeout)
+    except ChildFailed as e:
+        raise SystemExit(f"{what} failed:\n{e.stderr[-3000:]}") from e

@@ -26,7 +26,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from benchmarks.child import ChildFailed, child_json
+from benchmarks.child import child_json, child_json_or_exit
 
 CASES = ["max x+1", "max x+1 then x*2", "max module [x+1, x*2]", "backend x+1"]
 
@@ -92,14 +92,12 @@ def measure(timeout: float) -> list[dict[str, Any]]:
                     timeout=timeout,
                 )
                 shutil.rmtree(Path(tmp) / "cache" / ".max_cache", ignore_errors=True)
-            try:
-                figures = child_json(
-                    ["-m", "benchmarks.compile_anatomy", "--child", run],
-                    env=env,
-                    timeout=timeout,
-                )
-            except ChildFailed as e:
-                raise SystemExit(f"{case} failed:\n{e.stderr[-3000:]}") from e
+            figures = child_json_or_exit(
+                ["-m", "benchmarks.compile_anatomy", "--child", run],
+                case,
+                env=env,
+                timeout=timeout,
+            )
             figures["case"] = case
             print(json.dumps(figures), flush=True)
             rows.append(figures)

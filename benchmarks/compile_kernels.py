@@ -33,7 +33,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from benchmarks.child import ChildFailed, child_json
+from benchmarks.child import child_json_or_exit
 
 PRODUCTS = 6
 SLICES = 6
@@ -247,14 +247,12 @@ def _kernels(cache: Path) -> tuple[int, int]:
 def _measure(case: str, timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="compile-kernels-") as tmp:
         env = dict(os.environ, MODULAR_DERIVED_PATH=tmp)
-        try:
-            figures = child_json(
-                ["-m", "benchmarks.compile_kernels", "--child", case],
-                env=env,
-                timeout=timeout,
-            )
-        except ChildFailed as e:
-            raise SystemExit(f"{case} failed:\n{e.stderr[-3000:]}") from e
+        figures = child_json_or_exit(
+            ["-m", "benchmarks.compile_kernels", "--child", case],
+            case,
+            env=env,
+            timeout=timeout,
+        )
         kernels, products = _kernels(Path(tmp) / "cache")
     return {"case": case, **figures, "kernels": kernels, "matmul_kernels": products}
 
