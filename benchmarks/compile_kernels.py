@@ -34,6 +34,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks.child import child_json_or_exit
+from torch_max_backend.lower.products import summed
 
 PRODUCTS = 6
 SLICES = 6
@@ -42,14 +43,6 @@ SLICES = 6
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def _summed(a: Any, b: Any) -> Any:
-    """a [M, K] times b [K, N] as a product broadcast to [M, K, N], summed
-    over K: elementwise and reduction kernels instead of MAX's matmul."""
-    from max.graph import ops
-
-    return ops.squeeze(ops.sum(ops.unsqueeze(a, 2) * ops.unsqueeze(b, 0), axis=1), 1)
 
 
 def _products(
@@ -75,7 +68,7 @@ def _products(
                 b = ops.rebind(b, [f"k{i}", f"n{i}"])
                 results.append(ops.rebind(ops.matmul(a, b), [16, n]))
             else:
-                results.append(_summed(a, b) if by_sum else ops.matmul(a, b))
+                results.append(summed(a, b) if by_sum else ops.matmul(a, b))
         return results
 
     return types, outputs

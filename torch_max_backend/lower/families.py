@@ -42,6 +42,7 @@ FAMILIES: tuple[str, ...] = (
     "sorting",
     "symbolic",
     "trigonometry",
+    "view_updates",
 )
 
 _LOCK = threading.Lock()

@@ -22,6 +22,7 @@ from max.graph import TensorValue, ops
 
 from .context import current
 from .kit import arg_meta, fake_tensor, has_symbolic_sizes
+from .products import product
 from .shapes import static_size
 
 # -- capability checks and sizes ---------------------------------------------
@@ -188,8 +189,8 @@ def contract(
     moved = x if axis == last else ops.transpose(x, axis, last)
     # A plain 2-d product: MAX failed to compile rank-5 by rank-2 matmuls.
     outer = list(moved.shape)[:-1]
-    product = ops.matmul(ops.reshape(moved, [-1, rows]), weights)
-    y = ops.reshape(product, [*outer, cols])
+    mapped = product(ops.reshape(moved, [-1, rows]), weights)
+    y = ops.reshape(mapped, [*outer, cols])
     return y if axis == last else ops.transpose(y, axis, last)
 
 

@@ -57,9 +57,15 @@ def build_graph(
     plan = InputPlan(gm)
     walk = NodeWalk(gm, plan, eager_layouts)
     built = walk.run()
-    if walk.origin.wanted and plan.device.type == "cpu":
-        # Some lowering built index ranges from constants alone, which MAX
-        # would evaluate at compile time: built again, they start at a
-        # runtime zero (lower/index_origin.py; CPU graphs only, see there).
-        built = NodeWalk(gm, InputPlan(gm, index_origin=True), eager_layouts).run()
+    # Some lowering built index ranges from constants alone, which MAX would
+    # evaluate at compile time: built again, they start at a runtime zero
+    # (lower/index_origin.py; CPU graphs only, see there).
+    wants_origin = walk.origin.wanted and plan.device.type == "cpu"
+    # Small products built as sums beside a matmul: the graph pays the
+    # matmul's compile anyway, so all are matmuls (lower/products.py).
+    mixed = walk.products.mixed
+    if wants_origin or mixed:
+        plan = InputPlan(gm, index_origin=wants_origin)
+        walk = NodeWalk(gm, plan, eager_layouts, summed_products=not mixed)
+        built = walk.run()
     return built

@@ -25,6 +25,7 @@ from ..checks import Checks, collecting
 from ..context import lowering_node
 from ..index_origin import IndexOrigin, building_with
 from ..layout import ChannelsLastTwins, is_pointwise
+from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
@@ -89,6 +90,7 @@ class NodeWalk:
         gm: torch.fx.GraphModule,
         inputs: InputPlan,
         eager_layouts: CallerOutputs | None = None,
+        summed_products: bool = True,
     ) -> None:
         self.gm = gm
         self.inputs = inputs
@@ -105,6 +107,8 @@ class NodeWalk:
         self.origin = IndexOrigin(
             None if origin is None else self.graph.inputs[origin].tensor
         )
+        # Small products may be sums unless the graph mixed forms (products.py).
+        self.products = ProductForms(sums_allowed=summed_products)
 
     def _input(self, index: int) -> Any:
         return self.graph.inputs[index]
@@ -222,7 +226,12 @@ class NodeWalk:
         plan = self.inputs
         outputs = OutputPlan(plan.placeholders, plan.symbols, self.eager_layouts)
         checks = Checks()
-        with self.graph, building_with(self.origin), collecting(checks):
+        with (
+            self.graph,
+            building_with(self.origin),
+            recording_products(self.products),
+            collecting(checks),
+        ):
             for node in plan.placeholders:
                 self.values[node] = self._placeholder_value(node)
             if plan.seed_index is not None:

@@ -27,6 +27,7 @@ from max.graph.ops.reduction import max as reduce_max
 from ..builder.repeated_kv import unrepeated
 from ..context import unread_output
 from ..kit import fake_tensor, outputs_read, schema_args
+from ..products import product
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor
 from ..shapes import positions, static_size
@@ -78,7 +79,7 @@ def _grouped_matmul(a: TensorValue, b: TensorValue, like: TensorValue) -> Tensor
     the result shaped as ``like``'s heads."""
     kv_heads = static_size(b.shape[1])
     assert kv_heads is not None
-    return _ungrouped(ops.matmul(_grouped(a, kv_heads), b), like)
+    return _ungrouped(product(_grouped(a, kv_heads), b), like)
 
 
 def _scores(
@@ -162,7 +163,7 @@ def _backward(
     do = ops.cast(grad_out, DType.float32)
     # K's and V's gradients sum over the query heads of their group: the
     # grouped layout's rows hold them all, so the matmul sums them.
-    grad_v = ops.matmul(
+    grad_v = product(
         ops.transpose(_grouped(p, kv_heads), -1, -2), _grouped(do, kv_heads)
     )
     dp = _grouped_matmul(do, ops.transpose(ops.cast(v, DType.float32), -1, -2), q)
@@ -170,7 +171,7 @@ def _backward(
     delta = ops.sum(ops.mul(do, ops.cast(out, DType.float32)), -1)
     ds = ops.mul(ops.mul(p, ops.sub(dp, delta)), factor)
     grad_q = _grouped_matmul(ds, ops.cast(k, DType.float32), q)
-    grad_k = ops.matmul(
+    grad_k = product(
         ops.transpose(_grouped(ds, kv_heads), -1, -2),
         _grouped(ops.cast(q, DType.float32), kv_heads),
     )
@@ -234,7 +235,7 @@ def _inference(
     # and infinite scores give NaN rows, as torch's, but so does a NaN score
     # the mask hides (the kernel adds the mask to it), which torch hides.
     s, _ = _scores(q, k, mask, is_causal, scale, masked=_LOWEST)
-    out = ops.matmul(ops.softmax(s), ops.cast(v, DType.float32))
+    out = product(ops.softmax(s), ops.cast(v, DType.float32))
     keys = _rows_with_a_key(mask)
     if keys is not None:
         out = ops.where(keys, out, as_tensor(0.0, DType.float32))

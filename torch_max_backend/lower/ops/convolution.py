@@ -14,6 +14,7 @@ from ...kernels.library import SHIPPED, custom
 from ..context import current
 from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
 from ..opmath import accumulated
+from ..products import product
 from ..registry import Strategy, lowering_strategies
 from ..shapes import SizeLike, static_size
 from ..transposed_conv import over_unit_height, pair, per_axis, transposed_conv2d
@@ -149,8 +150,8 @@ def _conv2d_as_matmul(
         cols = ops.rebind(cols, [n, rows, *size])
     matrix = ops.reshape(weight, [1, out_channels, rows])
     pixels = ops.reshape(cols, [n, rows, size[0] * size[1]])
-    product = accumulated(ops.matmul, matrix, pixels)
-    out = ops.reshape(product, [n, out_channels, *size])
+    filtered = accumulated(product, matrix, pixels)
+    out = ops.reshape(filtered, [n, out_channels, *size])
     if symbolic:
         out = ops.rebind(out, [n, out_channels, out_h, out_w])
     return _add_bias(out, bias)

@@ -16,9 +16,9 @@ import torch
 from max.graph import TensorValue, ops
 
 from ..context import list_element
+from ..products import product
 from ..registry import MAPPING_TORCH_ATEN_TO_MAX, lowering
 from ..scalars import Operand, as_tensor, out_max_dtype
-from .linalg import matmul
 from .reduction import linalg_vector_norm, power_sum, torch_max
 
 aten = torch.ops.aten
@@ -224,4 +224,4 @@ def foreach_mm(
     self: Sequence[TensorValue], mat2: Sequence[TensorValue]
 ) -> list[TensorValue]:
     """_foreach_mm(Tensor[] self, Tensor[] mat2) -> Tensor[]"""
-    return _each(len(self), lambda i: matmul(self[i], mat2[i]))
+    return _each(len(self), lambda i: product(self[i], mat2[i]))

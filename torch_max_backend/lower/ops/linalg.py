@@ -14,22 +14,12 @@ from ...kernels.library import SHIPPED, custom
 from ..context import current
 from ..kit import arg_tensor, fake_tensor, is_static, node_arg, same_sizes
 from ..opmath import accumulated
+from ..products import product
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
-from ..shapes import static_size
 from .reduction import torch_max
 
 aten = torch.ops.aten
-
-
-def matmul(a: TensorValue, b: TensorValue) -> TensorValue:
-    """MAX's matmul of ``a`` [..., M, K] and ``b`` [..., K, N] (one batch shape),
-    zeros where K is 0: MAX's kernel then leaves its output unwritten and
-    skips an epilogue fused into it (addmm's bias), where eager sums nothing."""
-    if static_size(a.shape[-1]) != 0:
-        return ops.matmul(a, b)
-    zero = ops.constant(0, a.dtype, device=a.device)
-    return ops.broadcast_to(zero, [*a.shape[:-1], b.shape[-1]])
 
 
 def _times(x: TensorValue, factor: Operand) -> TensorValue:
@@ -146,7 +136,7 @@ def _mm_by_skinny_kernel(self: TensorValue, mat2: TensorValue) -> TensorValue:
 
 def _mm(self: TensorValue, mat2: TensorValue) -> TensorValue:
     """mm(Tensor self, Tensor mat2) -> Tensor"""
-    return matmul(self, mat2)
+    return product(self, mat2)
 
 
 mm = lowering_strategies(
@@ -162,7 +152,7 @@ mm = lowering_strategies(
 @lowering(aten.bmm.default)
 def bmm(self: TensorValue, mat2: TensorValue) -> TensorValue:
     """bmm(Tensor self, Tensor mat2) -> Tensor"""
-    return accumulated(matmul, self, mat2)
+    return accumulated(product, self, mat2)
 
 
 def _addmm_by(
@@ -193,7 +183,7 @@ addmm = lowering_strategies(
         Strategy(
             "skinny", _addmm_by(_few_rows_times_weight), few_rows_times_large_weight
         ),
-        Strategy("matmul", _addmm_by(matmul)),
+        Strategy("matmul", _addmm_by(product)),
     ],
 )
 

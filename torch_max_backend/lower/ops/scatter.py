@@ -16,8 +16,7 @@ from max.graph import TensorValue, ops
 from ...dtypes import to_torch_dtype
 from ..checks import in_range, unless_refused
 from ..context import current
-from ..index_origin import runtime_int
-from ..kit import arg_tensor, empty_input, fake_tensor, node_arg
+from ..kit import empty_input, fake_tensor
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
 from ..shapes import (
@@ -25,7 +24,6 @@ from ..shapes import (
     broadcast_shape,
     normalize_dim,
     positions,
-    size_value,
     static_size,
 )
 
@@ -211,79 +209,6 @@ def _with_nans_kept(
     )
     reduced_a_nan = ops.greater(nans, as_tensor(0, dt))
     return ops.where(reduced_a_nan, as_tensor(float("nan"), dt), total)
-
-
-@lowering(aten.select_scatter.default)
-def select_scatter(
-    self: TensorValue, src: TensorValue, dim: int, index: int
-) -> TensorValue:
-    """select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor"""
-    axis = normalize_dim(dim, self.rank)
-    pos = positions(self, axis)
-    target = size_value(self.shape[axis], index) if index < 0 else index
-    target = as_tensor(target, DType.int64)
-    hit = along(ops.equal(pos, target), axis, self.rank)
-    update = ops.unsqueeze(as_tensor(src, self.dtype), axis)
-    return ops.where(hit, update, self)
-
-
-def _slice_bounds(
-    size: int | None, start: int | None, end: int | None
-) -> tuple[int, int]:
-    start = 0 if start is None else start
-    end = 2**62 if end is None else end
-    if size is not None:
-        # Python slicing: negatives count from the end, bounds clamp.
-        start = min(max(start + size if start < 0 else start, 0), size)
-        end = min(max(end + size if end < 0 else end, 0), size)
-    return start, min(end, 2**62)
-
-
-def _nonnegative_bounds(node: torch.fx.Node) -> str | None:
-    """On a symbolic dim, only non-negative static bounds."""
-    meta = arg_tensor(node, 0)
-    size = meta.shape[node_arg(node, 2, "dim", 0)]
-    start, end = node_arg(node, 3, "start", None), node_arg(node, 4, "end", None)
-    bounds = [a for a in (start, end) if a is not None]
-    if not isinstance(size, int) and any(
-        not isinstance(b, int) or b < 0 for b in bounds
-    ):
-        return "slice_scatter with negative or symbolic bounds on a symbolic dim"
-    return None
-
-
-@lowering(aten.slice_scatter.default, supports=_nonnegative_bounds)
-def slice_scatter(
-    self: TensorValue,
-    src: TensorValue,
-    dim: int = 0,
-    start: int | None = None,
-    end: int | None = None,
-    step: int = 1,
-) -> TensorValue:
-    """slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""
-    axis = normalize_dim(dim, self.rank)
-    first, stop = _slice_bounds(static_size(self.shape[axis]), start, end)
-    pos = positions(self, axis)
-    offset = ops.sub(pos, as_tensor(first, DType.int64))
-    # Read at run time: MAX's integer division tests its divisor's sign,
-    # which on a constant it would fold at compile time (a kernel compile).
-    step_t = runtime_int(step, self.device)
-    inside = ops.logical_and(
-        ops.greater_equal(offset, as_tensor(0, DType.int64)),
-        ops.greater(as_tensor(stop, DType.int64), pos),
-    )
-    if step != 1:
-        on_step = ops.equal(ops.mod(offset, step_t), as_tensor(0, DType.int64))
-        inside = ops.logical_and(inside, on_step)
-    # Where each position of self reads src from (clamped where unused).
-    source = offset if step == 1 else ops.floor_div(offset, step_t)
-    source = ops.min(
-        ops.max(source, as_tensor(0, DType.int64)),
-        as_tensor(size_value(src.shape[axis], -1), DType.int64),
-    )
-    picked = ops.gather(as_tensor(src, self.dtype), source, axis=axis)
-    return ops.where(along(inside, axis, self.rank), picked, self)
 
 
 @lowering(aten.masked_scatter.default)

@@ -1,0 +1,81 @@
+"""Small products are built as sums of broadcast products on the CPU, in a
+graph where no product needs MAX's matmul kernel (about 50 s of compile a
+graph); a graph with one large product builds all of them as matmuls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torch_max_backend.lower.builder import build_graph
+from torch_max_backend.lower.products import SUMMED_PRODUCT_LIMIT
+
+from .ops.helpers import check_against_eager
+
+
+def _forms(fn, *inputs: torch.Tensor, tracing_mode: str = "real") -> tuple[int, int]:
+    """(matmuls, sum reductions) in the MAX graph built from ``fn``."""
+    text = str(build_graph(make_fx(fn, tracing_mode=tracing_mode)(*inputs)).graph)
+    return text.count("rmo.matmul"), text.count("mo.reduce.add")
+
+
+def _z(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.zeros(*shape, dtype=dtype)
+
+
+def _big_k() -> int:
+    # A [64, K] x [K, 64] product one multiply-add past the limit.
+    return SUMMED_PRODUCT_LIMIT // (64 * 64) + 1
+
+
+# (id, function, inputs, matmuls, sums)
+FORM_CASES = [
+    ("linear", F.linear, (_z(32, 64), _z(64, 64)), 0, 1),
+    ("linear-bias", F.linear, (_z(32, 64), _z(96, 64), _z(96)), 0, 1),
+    ("bmm", torch.bmm, (_z(8, 16, 16), _z(8, 16, 16)), 0, 1),
+    ("bf16", torch.mm, (_z(4, 8, dtype=torch.bfloat16), _z(8, 4, dtype=torch.bfloat16)), 0, 1),
+    ("at-limit", torch.mm, (_z(64, _big_k() - 1), _z(_big_k() - 1, 64)), 0, 1),
+    ("past-limit", torch.mm, (_z(64, _big_k()), _z(_big_k(), 64)), 1, 0),
+    # One product needs the matmul kernel: the small one is a matmul too.
+    ("mixed", lambda x, w, a, b: (x @ w, a @ b),
+     (_z(64, _big_k()), _z(_big_k(), 64), _z(4, 4), _z(4, 4)), 2, 0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fn", "inputs", "matmuls", "sums"),
+    [case[1:] for case in FORM_CASES],
+    ids=[case[0] for case in FORM_CASES],
+)
+def test_each_graph_builds_its_products_in_one_form(fn, inputs, matmuls, sums):
+    assert _forms(fn, *inputs) == (matmuls, sums)
+
+
+def test_symbolic_sizes_keep_the_matmul():
+    # A size known only at run time could be any size.
+    forms = _forms(torch.mm, _z(5, 8), _z(8, 3), tracing_mode="symbolic")
+    assert forms == (1, 0)
+
+
+def test_summed_products_match_eager(max_calls):
+    torch.manual_seed(0)
+    x, w, b = torch.randn(6, 40), torch.randn(24, 40), torch.randn(24)
+    p, q = torch.randn(3, 5, 7), torch.randn(3, 7, 4)
+    h, g = x.bfloat16(), w.bfloat16()
+    i, j = torch.randint(-9, 9, (4, 6)), torch.randint(-9, 9, (6, 3))
+
+    def fn(x, w, b, p, q, h, g, i, j):
+        return (
+            F.linear(x, w, b),
+            torch.addmm(b, x, w.t(), beta=0.5, alpha=2.0),
+            torch.bmm(p, q),
+            p @ q[0],  # batch broadcast
+            F.linear(h, g),
+            i @ j,
+            x[:, :0] @ w[:, :0].t(),  # nothing to contract: zeros
+        )
+
+    check_against_eager(fn, x, w, b, p, q, h, g, i, j, rtol=1e-4, atol=1e-4)
+    assert max_calls.count == 1

@@ -1,0 +1,119 @@
+"""Matrix products, and which of two forms a graph builds them in.
+
+MAX compiles its matmul kernel afresh into every graph that has one: on the
+CPU a graph's first product costs about 50 s of compile and each further
+shape about 4 s, against about 0.6 s for an elementwise kernel
+(``python -m benchmarks.compile_kernels``, docs/benchmarks.md). A small
+product built as its operands broadcast against each other, multiplied and
+summed over K is an elementwise product fused into a reduction: it compiles
+in about a second and runs within tens of microseconds of the matmul kernel
+at the sizes allowed here (``SUMMED_PRODUCT_LIMIT``).
+
+A graph gains only when none of its products needs the matmul kernel: one
+large product pays the kernel's compile, and the small ones then run faster
+as matmuls for 4 s each. The walk records the forms it built
+(``ProductForms``), and the builder builds a graph that mixed them again with
+matmuls throughout (``builder/__init__.py``). Products on other devices,
+and those with symbolic sizes, are always matmuls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+from max.dtype import DType
+from max.graph import TensorValue, ops
+
+from .shapes import static_size
+
+# The largest product built as a sum, in multiply-adds (batch x M x K x N):
+# the LM head of a 64-wide model with a 1000-token vocabulary over 32 tokens,
+# or its gradient, is 2.05 million. Within it a summed product runs within
+# about 65 us of MAX's matmul per call (up to 1.8x slower at 2 million,
+# faster below 100,000); past it the matmul pulls away, 2.8x at 8 million
+# (benchmarks.small_products, docs/benchmarks.md, Intel Xeon 2 cores).
+SUMMED_PRODUCT_LIMIT = 1 << 21
+
+_HALF = (DType.float16, DType.bfloat16)
+
+
+class ProductForms:
+    """Which forms a graph's products were built in, and whether sums may be."""
+
+    def __init__(self, sums_allowed: bool = True) -> None:
+        self.sums_allowed = sums_allowed
+        self.summed = 0
+        self.matmuls = 0
+
+    @property
+    def mixed(self) -> bool:
+        return self.summed > 0 and self.matmuls > 0
+
+
+_CURRENT: ContextVar[ProductForms | None] = ContextVar(
+    "max_product_forms", default=None
+)
+
+
+@contextlib.contextmanager
+def recording_products(forms: ProductForms) -> Iterator[None]:
+    """Products built inside are recorded in ``forms`` and follow its choice."""
+    token = _CURRENT.set(forms)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def multiply_adds(a: TensorValue, b: TensorValue) -> int | None:
+    """batch x M x K x N of ``a @ b`` (batch dims broadcast), or None when a
+    size is symbolic."""
+    sizes = [static_size(d) for d in [*a.shape, *b.shape]]
+    if any(s is None for s in sizes):
+        return None
+    m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
+    batch_a = [int(d) for d in a.shape[:-2]]
+    batch_b = [int(d) for d in b.shape[:-2]]
+    width = max(len(batch_a), len(batch_b))
+    batch_a = [1] * (width - len(batch_a)) + batch_a
+    batch_b = [1] * (width - len(batch_b)) + batch_b
+    batch = [x if y == 1 else y for x, y in zip(batch_a, batch_b, strict=True)]
+    return math.prod(batch) * m * k * n
+
+
+def summed(a: TensorValue, b: TensorValue) -> TensorValue:
+    """``a @ b`` as ``a[..., M, K, 1] * b[..., 1, K, N]`` summed over K (in
+    float32 for half-precision operands, as MAX's matmul accumulates)."""
+    dtype = a.dtype
+    if dtype in _HALF:
+        a, b = ops.cast(a, DType.float32), ops.cast(b, DType.float32)
+    product = ops.mul(ops.unsqueeze(a, -1), ops.unsqueeze(b, -3))
+    out = ops.squeeze(ops.sum(product, axis=-2), -2)
+    return ops.cast(out, dtype) if dtype in _HALF else out
+
+
+def product(a: TensorValue, b: TensorValue) -> TensorValue:
+    """``a`` [..., M, K] times ``b`` [..., K, N], batch dims broadcast, as
+    ops.matmul takes them; zeros where K is 0 (MAX's kernel then leaves its
+    output unwritten and skips an epilogue fused into it, where eager sums
+    nothing); a sum when small, on the CPU, in a graph that allows it."""
+    if static_size(a.shape[-1]) == 0:
+        zero = ops.constant(0, a.dtype, device=a.device)
+        return ops.broadcast_to(zero, [*a.shape[:-1], b.shape[-1]])
+    forms = _CURRENT.get()
+    size = multiply_adds(a, b)
+    if (
+        forms is not None
+        and forms.sums_allowed
+        and a.device.is_cpu()
+        and size is not None
+        and size <= SUMMED_PRODUCT_LIMIT
+    ):
+        forms.summed += 1
+        return summed(a, b)
+    if forms is not None:
+        forms.matmuls += 1
+    return ops.matmul(a, b)
