@@ -68,3 +68,18 @@ def test_background_and_worker_options(monkeypatch):
     monkeypatch.setenv("TORCH_MAX_BACKEND_COMPILE_WORKERS", "many")
     with pytest.raises(ValueError, match="COMPILE_WORKERS='many' is not an integer"):
         Settings.resolve()
+
+
+def test_summed_products_from_mode_options_and_env(monkeypatch):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_SUMMED_PRODUCTS", raising=False)
+    assert Settings.resolve().summed_products is True
+    assert Settings.resolve(mode="reduce-overhead").summed_products is True
+    # max-autotune trades compile time for the fastest calls.
+    assert Settings.resolve(mode="max-autotune").summed_products is False
+    assert Settings.resolve(mode="max-autotune-no-cudagraphs").summed_products is False
+    assert Settings.resolve({"summed_products": True}, "max-autotune").summed_products
+    assert not Settings.resolve({"summed_products": False}).summed_products
+    monkeypatch.setenv("TORCH_MAX_BACKEND_SUMMED_PRODUCTS", "off")
+    assert not Settings.resolve({"summed_products": True}).summed_products
+    with pytest.raises(TypeError, match="'summed_products' must be a bool"):
+        Settings.resolve({"summed_products": "no"})

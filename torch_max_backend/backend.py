@@ -89,7 +89,7 @@ def compile_aten_graph(
         )
     worker_count(settings.compile_workers)  # the first compile fixes it
     layouts = caller_outputs(kind)
-    fingerprint = graph_fingerprint(gm, layouts)
+    fingerprint = graph_fingerprint(gm, layouts, settings.summed_products)
     # Whoever reads the MAX graphs (verbose) gets them built, not skipped.
     if fingerprint is not None and not _graphs_log.isEnabledFor(logging.DEBUG):
         warm = start_warm(gm, fingerprint, settings)
@@ -165,7 +165,7 @@ def _start_compile(
     A whole graph compiled is recorded under ``fingerprint`` (warm_start.py).
     ``when_ready`` is called once every compile started here is over."""
     placement = Placement(settings)
-    builds = GraphBuilds(gm, eager_layouts)
+    builds = GraphBuilds(gm, eager_layouts, settings.summed_products)
     try:
         whole = settle(gm, placement, builds.build)
     except MaxCompilerError as e:
@@ -351,7 +351,7 @@ def max_backend(
     """
     check_mode(mode)
     register_families()
-    settings = Settings.resolve(options)
+    settings = Settings.resolve(options, mode)
     compiler = functools.partial(compile_aten_graph, settings=settings)
     backend = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),

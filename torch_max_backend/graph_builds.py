@@ -49,10 +49,14 @@ class GraphBuilds:
     """
 
     def __init__(
-        self, whole: torch.fx.GraphModule, eager_layouts: CallerOutputs | None
+        self,
+        whole: torch.fx.GraphModule,
+        eager_layouts: CallerOutputs | None,
+        summed_products: bool = True,
     ) -> None:
         self._whole = whole
         self._eager_layouts = eager_layouts
+        self._summed_products = summed_products
         self._built: dict[tuple[tuple[str, str], ...], BuiltGraph] = {}
 
     def _layouts(self, gm: torch.fx.GraphModule) -> CallerOutputs | None:
@@ -68,7 +72,9 @@ class GraphBuilds:
             # scalar inputs must be real tensors.
             start = time.perf_counter()
             with _BUILD_LOCK, unset_fake_temporarily():
-                built = build_graph(gm, self._layouts(gm))
+                built = build_graph(
+                    gm, self._layouts(gm), summed_products=self._summed_products
+                )
             record_stats(graphs_built=1, build_seconds=time.perf_counter() - start)
             self._built[key] = built
         return built

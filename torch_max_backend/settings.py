@@ -52,9 +52,11 @@ def env_flag(*names: str) -> bool | None:
 MODES = {
     "default": "compile every graph on MAX",
     "reduce-overhead": "as default: a call of a MAX graph is already one execute",
-    "max-autotune": "as default: MAX chooses its kernels itself",
-    "max-autotune-no-cudagraphs": "as default: MAX chooses its kernels itself",
+    "max-autotune": "every product on MAX's matmul kernel (summed_products off)",
+    "max-autotune-no-cudagraphs": "as max-autotune",
 }
+# Modes that trade compile time for the fastest calls.
+AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 
 
 def check_mode(mode: str | None) -> None:
@@ -97,6 +99,13 @@ class Settings:
             once; 1 compiles in the calling process. None chooses from the
             usable cores and memory (runtime/compile_workers.py).
             Process-wide: the first compile fixes it.
+        summed_products: on the CPU, build each product of at most
+            2^21 multiply-adds (static sizes) as a broadcast product summed
+            over K, in graphs whose every product is that small: MAX's
+            matmul kernel costs about 50 s of compile a graph, a summed
+            product runs within tens of microseconds of it
+            (lower/products.py). False, or mode "max-autotune": MAX's
+            matmul for every product.
     """
 
     verbose: bool = False
@@ -107,6 +116,7 @@ class Settings:
     max_cached_graphs: int = 256
     background_compile: bool = False
     compile_workers: int | None = None
+    summed_products: bool = True
 
     # Environment variables for each field; the older PYTORCH_ spelling is kept.
     _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -118,11 +128,12 @@ class Settings:
         "max_cached_graphs": ("TORCH_MAX_BACKEND_MAX_CACHED_GRAPHS",),
         "background_compile": ("TORCH_MAX_BACKEND_BACKGROUND_COMPILE",),
         "compile_workers": ("TORCH_MAX_BACKEND_COMPILE_WORKERS",),
+        "summed_products": ("TORCH_MAX_BACKEND_SUMMED_PRODUCTS",),
     }
 
     @classmethod
-    def resolve(cls, options: object = None) -> Settings:
-        """Settings from ``options`` with environment overrides applied."""
+    def resolve(cls, options: object = None, mode: str | None = None) -> Settings:
+        """Settings from ``mode``, then ``options``, then the environment."""
         # ``options`` comes from the user: typed ``object`` and checked here.
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(
@@ -131,6 +142,8 @@ class Settings:
             )
         known = {f.name for f in dataclasses.fields(cls)}
         values: dict[str, object] = {}
+        if mode in AUTOTUNE_MODES:
+            values["summed_products"] = False
         for key, value in (options or {}).items():
             if key not in known:
                 raise ValueError(

@@ -9,8 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torch_max_backend.lower.builder import build_graph
+from torch_max_backend.graph_builds import GraphBuilds
+from torch_max_backend.lower.builder import build_graph, graph_fingerprint
 from torch_max_backend.lower.products import SUMMED_PRODUCT_LIMIT
+from torch_max_backend.settings import Settings
 
 from .ops.helpers import check_against_eager
 
@@ -79,3 +81,21 @@ def test_summed_products_match_eager(max_calls):
 
     check_against_eager(fn, x, w, b, p, q, h, g, i, j, rtol=1e-4, atol=1e-4)
     assert max_calls.count == 1
+
+
+def test_products_as_matmuls_when_asked_and_fingerprinted_apart():
+    gm = make_fx(F.linear)(_z(32, 64), _z(64, 64))
+    text = str(build_graph(gm, summed_products=False).graph)
+    assert text.count("rmo.matmul") == 1 and "mo.reduce.add" not in text
+    # A warm start must not load the graph built the other way.
+    assert graph_fingerprint(gm) != graph_fingerprint(gm, summed_products=False)
+
+
+def test_compile_options_reach_the_build(monkeypatch):
+    # What torch.compile's options and mode set is what GraphBuilds builds.
+    monkeypatch.delenv("TORCH_MAX_BACKEND_SUMMED_PRODUCTS", raising=False)
+    gm = make_fx(F.linear)(_z(32, 64), _z(64, 64))
+    for mode, matmuls in ((None, 0), ("max-autotune", 1)):
+        settings = Settings.resolve(None, mode)
+        built = GraphBuilds(gm, None, settings.summed_products).build(gm)
+        assert str(built.graph).count("rmo.matmul") == matmuls

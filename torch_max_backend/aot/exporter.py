@@ -115,7 +115,9 @@ def export(
     gm = program.graph_module
     _drop_export_asserts(gm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    built = build_graph(gm)
+    # A package is compiled once and called many times: every product on
+    # MAX's matmul kernel, the fastest call (lower/products.py).
+    built = build_graph(gm, summed_products=False)
     if any(slot.kind is not max_plan.OutputKind.GRAPH for slot in built.plan.outputs):
         raise MaxCompilerError(
             "export needs every output computed by the graph (an output that "

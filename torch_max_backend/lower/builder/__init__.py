@@ -44,18 +44,21 @@ __all__ = [
 
 
 def build_graph(
-    gm: torch.fx.GraphModule, eager_layouts: CallerOutputs | None = None
+    gm: torch.fx.GraphModule,
+    eager_layouts: CallerOutputs | None = None,
+    summed_products: bool = True,
 ) -> BuiltGraph:
     """The MAX graph of ``gm`` and its plan; raises for what cannot be lowered.
     The outputs ``eager_layouts`` names (those reaching the caller as they
-    are) keep eager's strides and aliasing (eager_layouts.py)."""
+    are) keep eager's strides and aliasing (eager_layouts.py);
+    ``summed_products`` lets small products be sums (lower/products.py)."""
     from ..families import register_families
 
     register_families()
     check_supported([gm])
     gm = without_repeats(gm)
     plan = InputPlan(gm)
-    walk = NodeWalk(gm, plan, eager_layouts)
+    walk = NodeWalk(gm, plan, eager_layouts, summed_products)
     built = walk.run()
     # Some lowering built index ranges from constants alone, which MAX would
     # evaluate at compile time: built again, they start at a runtime zero
@@ -66,6 +69,7 @@ def build_graph(
     mixed = walk.products.mixed
     if wants_origin or mixed:
         plan = InputPlan(gm, index_origin=wants_origin)
-        walk = NodeWalk(gm, plan, eager_layouts, summed_products=not mixed)
+        sums = summed_products and not mixed
+        walk = NodeWalk(gm, plan, eager_layouts, summed_products=sums)
         built = walk.run()
     return built

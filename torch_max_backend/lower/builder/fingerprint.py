@@ -114,11 +114,13 @@ def _attribute(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
 
 
 def graph_fingerprint(
-    gm: torch.fx.GraphModule, eager_layouts: CallerOutputs | None = None
+    gm: torch.fx.GraphModule,
+    eager_layouts: CallerOutputs | None = None,
+    summed_products: bool = True,
 ) -> str | None:
     """The fingerprint of the MAX graph and plan ``gm`` builds (with
-    ``build_graph``'s ``eager_layouts``), or None when the graph holds
-    something the fingerprint cannot describe."""
+    ``build_graph``'s ``eager_layouts`` and ``summed_products``), or None
+    when the graph holds something the fingerprint cannot describe."""
     from ..families import register_families
 
     register_families()  # lowerings are part of it
@@ -126,6 +128,8 @@ def graph_fingerprint(
     header = f"{code_version()}\ndefault dtype {torch.get_default_dtype()}\n"
     if eager_layouts is not None:
         header += f"eager layouts of {eager_layouts}\n"
+    if not summed_products:
+        header += "every product a matmul\n"
     sha = hashlib.sha256(header.encode())
     index: dict[torch.fx.Node, int] = {}
     try:
