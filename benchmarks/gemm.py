@@ -47,7 +47,7 @@ def _shapes(rows: int) -> list[tuple[int, int, int]]:
     return [(rows or m, k, n) for m, k, n in SHAPES]
 
 
-def _median_ms(call: Callable[[], object], runs: int) -> float:
+def median_ms(call: Callable[[], object], runs: int) -> float:
     for _ in range(5):
         call()
     times = []
@@ -66,8 +66,8 @@ def _torch_child(runs: int, rows: int) -> dict[str, Any]:
     for m, k, n in _shapes(rows):
         x, w_nk, w_kn = torch.randn(m, k), torch.randn(n, k), torch.randn(k, n)
         figures[f"{m}x{k}x{n}"] = {
-            "torch_linear": _median_ms(partial(F.linear, x, w_nk), runs),
-            "torch_kn": _median_ms(partial(torch.matmul, x, w_kn), runs),
+            "torch_linear": median_ms(partial(F.linear, x, w_nk), runs),
+            "torch_kn": median_ms(partial(torch.matmul, x, w_kn), runs),
         }
     return figures
 
@@ -133,14 +133,14 @@ def _max_child(runs: int, rows: int) -> dict[str, Any]:
                 Buffer.from_dlpack(torch.randn(m, k)),
                 Buffer.from_dlpack(torch.randn(*weight)),
             ]
-            row[key] = _median_ms(partial(model.execute, *buffers), runs)
+            row[key] = median_ms(partial(model.execute, *buffers), runs)
         if m == 1:
             model = _max_model(m, k, n, True, f"gemv_rows_{k}_{n}", row_sums=True)
             buffers = [
                 Buffer.from_dlpack(torch.randn(m, k)),
                 Buffer.from_dlpack(torch.randn(n, k)),
             ]
-            row["max_row_sums"] = _median_ms(partial(model.execute, *buffers), runs)
+            row["max_row_sums"] = median_ms(partial(model.execute, *buffers), runs)
         if m <= SKINNY_MAX_ROWS:
             for transposed, key in ((True, "skinny_nk"), (False, "skinny_kn")):
                 name = f"gemm_{key}_{m}_{k}_{n}"
@@ -150,7 +150,7 @@ def _max_child(runs: int, rows: int) -> dict[str, Any]:
                     Buffer.from_dlpack(torch.randn(m, k)),
                     Buffer.from_dlpack(torch.randn(*weight)),
                 ]
-                row[key] = _median_ms(partial(model.execute, *buffers), runs)
+                row[key] = median_ms(partial(model.execute, *buffers), runs)
         figures[f"{m}x{k}x{n}"] = row
     return figures
 
@@ -165,7 +165,7 @@ def _constant_child(runs: int, rows: int) -> dict[str, Any]:
         weight = np.random.default_rng(0).standard_normal((n, k), dtype=np.float32)
         model = _max_model(m, k, n, True, f"gemm_const_{m}_{k}_{n}", weight)
         x = Buffer.from_dlpack(torch.randn(m, k))
-        figures[f"{m}x{k}x{n}"] = _median_ms(partial(model.execute, x), runs)
+        figures[f"{m}x{k}x{n}"] = median_ms(partial(model.execute, x), runs)
     return figures
 
 
@@ -185,9 +185,9 @@ def _alternating_child(runs: int, rows: int) -> dict[str, Any]:
 
     return {
         "shape": f"{m}x{k}x{n}",
-        "max_alone": _median_ms(lambda: model.execute(*buffers), runs),
-        "torch_after_max": _median_ms(lambda: F.linear(x, w), runs),
-        "alternating": _median_ms(both, runs),
+        "max_alone": median_ms(lambda: model.execute(*buffers), runs),
+        "torch_after_max": median_ms(lambda: F.linear(x, w), runs),
+        "alternating": median_ms(both, runs),
     }
 
 

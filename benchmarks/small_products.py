@@ -26,6 +26,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks.child import child_json_or_exit
+from benchmarks.gemm import median_ms
 from torch_max_backend.lower.products import SUMMED_PRODUCT_LIMIT
 
 # (batch, M, K, N); batch 0 is a 2-d product.
@@ -47,14 +48,7 @@ def _operand_shapes(shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
 
 
 def _median_us(call: Any, runs: int) -> float:
-    for _ in range(10):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] * 1e6
+    return median_ms(call, runs) * 1e3
 
 
 def _torch_child(runs: int) -> dict[str, float]:
