@@ -66,8 +66,10 @@ def built_graphs(monkeypatch: pytest.MonkeyPatch) -> BuiltGraphs:
     builds = BuiltGraphs()
     original = graph_builds.build_graph
 
-    def recording(gm: torch.fx.GraphModule, *rest: object) -> BuiltGraph:
-        built = original(gm, *rest)
+    def recording(
+        gm: torch.fx.GraphModule, *rest: object, **options: object
+    ) -> BuiltGraph:
+        built = original(gm, *rest, **options)
         builds.append((gm, built))
         return built
 
