@@ -62,7 +62,9 @@ def test_as_strided_in_pytorch_after_a_max_block_sees_eager_layout(
     torch._dynamo.reset()
     monkeypatch.setattr(fallback_module, "keep_eager_layouts", lambda gm: 0)
     build = graph_builds.build_graph
-    monkeypatch.setattr(graph_builds, "build_graph", lambda gm, *rest: build(gm))
+    monkeypatch.setattr(
+        graph_builds, "build_graph", lambda gm, *rest, **options: build(gm, **options)
+    )
     compiled = torch.compile(strided_reads, backend=max_backend, options=options)
     with pytest.warns(FallbackWarning):
         wrong, _ = compiled(x, src)

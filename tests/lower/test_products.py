@@ -77,6 +77,11 @@ def test_summed_products_match_eager(max_calls):
             F.linear(h, g),
             i @ j,
             x[:, :0] @ w[:, :0].t(),  # nothing to contract: zeros
+            # Empty results (MAX failed to compile them summed), and the
+            # pooling tables' product over an empty batch.
+            x[:0] @ w.t(),
+            torch.bmm(p[:0], q[:0]),
+            F.adaptive_avg_pool1d(p[:0], 3),
         )
 
     check_against_eager(fn, x, w, b, p, q, h, g, i, j, rtol=1e-4, atol=1e-4)

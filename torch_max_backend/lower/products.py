@@ -68,11 +68,10 @@ def recording_products(forms: ProductForms) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def multiply_adds(a: TensorValue, b: TensorValue) -> int | None:
-    """batch x M x K x N of ``a @ b`` (batch dims broadcast), or None when a
-    size is symbolic."""
-    sizes = [static_size(d) for d in [*a.shape, *b.shape]]
-    if any(s is None for s in sizes):
+def _static_sizes(a: TensorValue, b: TensorValue) -> tuple[list[int], int] | None:
+    """The static shape of ``a @ b`` (batch dims broadcast) and its K, or
+    None when a size is symbolic."""
+    if any(static_size(d) is None for d in [*a.shape, *b.shape]):
         return None
     m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
     batch_a = [int(d) for d in a.shape[:-2]]
@@ -81,7 +80,14 @@ def multiply_adds(a: TensorValue, b: TensorValue) -> int | None:
     batch_a = [1] * (width - len(batch_a)) + batch_a
     batch_b = [1] * (width - len(batch_b)) + batch_b
     batch = [x if y == 1 else y for x, y in zip(batch_a, batch_b, strict=True)]
-    return math.prod(batch) * m * k * n
+    return [*batch, m, n], k
+
+
+def multiply_adds(a: TensorValue, b: TensorValue) -> int | None:
+    """batch x M x K x N of ``a @ b`` (batch dims broadcast), or None when a
+    size is symbolic."""
+    sizes = _static_sizes(a, b)
+    return None if sizes is None else math.prod(sizes[0]) * sizes[1]
 
 
 def summed(a: TensorValue, b: TensorValue) -> TensorValue:
@@ -103,6 +109,11 @@ def product(a: TensorValue, b: TensorValue) -> TensorValue:
     if static_size(a.shape[-1]) == 0:
         zero = ops.constant(0, a.dtype, device=a.device)
         return ops.broadcast_to(zero, [*a.shape[:-1], b.shape[-1]])
+    sizes = _static_sizes(a, b)
+    if sizes is not None and 0 in sizes[0]:
+        # Nothing to compute; MAX failed to compile a summed product with an
+        # empty dim ("statically known dimensions must match").
+        return ops.broadcast_to(ops.constant(0, a.dtype, device=a.device), sizes[0])
     forms = _CURRENT.get()
     size = multiply_adds(a, b)
     if (
