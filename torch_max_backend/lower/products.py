@@ -101,6 +101,16 @@ def summed(a: TensorValue, b: TensorValue) -> TensorValue:
     return ops.cast(out, dtype) if dtype in _HALF else out
 
 
+def _empty(a: TensorValue, b: TensorValue, shape: list[int]) -> TensorValue:
+    """The empty result of ``a @ b``, taken from the operand holding the
+    empty dim: from a constant, MAX would fold what follows at compile time."""
+    empty_in_a = 0 in [int(d) for d in a.shape[:-1]]
+    source = a if empty_in_a else b
+    index = [slice(None)] * source.rank
+    index[-1 if empty_in_a else -2] = slice(0, 1)
+    return ops.broadcast_to(source[tuple(index)], shape)
+
+
 def product(a: TensorValue, b: TensorValue) -> TensorValue:
     """``a`` [..., M, K] times ``b`` [..., K, N], batch dims broadcast, as
     ops.matmul takes them; zeros where K is 0 (MAX's kernel then leaves its
@@ -113,7 +123,7 @@ def product(a: TensorValue, b: TensorValue) -> TensorValue:
     if sizes is not None and 0 in sizes[0]:
         # Nothing to compute; MAX failed to compile a summed product with an
         # empty dim ("statically known dimensions must match").
-        return ops.broadcast_to(ops.constant(0, a.dtype, device=a.device), sizes[0])
+        return _empty(a, b, sizes[0])
     forms = _CURRENT.get()
     size = multiply_adds(a, b)
     if (
