@@ -83,13 +83,6 @@ def _static_sizes(a: TensorValue, b: TensorValue) -> tuple[list[int], int] | Non
     return [*batch, m, n], k
 
 
-def multiply_adds(a: TensorValue, b: TensorValue) -> int | None:
-    """batch x M x K x N of ``a @ b`` (batch dims broadcast), or None when a
-    size is symbolic."""
-    sizes = _static_sizes(a, b)
-    return None if sizes is None else math.prod(sizes[0]) * sizes[1]
-
-
 def summed(a: TensorValue, b: TensorValue) -> TensorValue:
     """``a @ b`` as ``a[..., M, K, 1] * b[..., 1, K, N]`` summed over K (in
     float32 for half-precision operands, as MAX's matmul accumulates)."""
@@ -125,7 +118,7 @@ def product(a: TensorValue, b: TensorValue) -> TensorValue:
         # empty dim ("statically known dimensions must match").
         return _empty(a, b, sizes[0])
     forms = _CURRENT.get()
-    size = multiply_adds(a, b)
+    size = None if sizes is None else math.prod(sizes[0]) * sizes[1]
     if (
         forms is not None
         and forms.sums_allowed

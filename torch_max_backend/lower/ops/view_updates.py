@@ -95,7 +95,8 @@ def _static_slice(node: torch.fx.Node) -> tuple[int, int, int, int] | None:
     dim = normalize_dim(node_arg(node, 2, "dim", 0), meta.dim())
     size, step = meta.shape[dim], node_arg(node, 5, "step", 1)
     start, end = node_arg(node, 3, "start", None), node_arg(node, 4, "end", None)
-    if not all(isinstance(v, int) for v in (size, step, start or 0, end or 0)):
+    given = [v for v in (size, step, start, end) if v is not None]
+    if not all(isinstance(v, int) for v in given):
         return None
     first, stop = _slice_bounds(size, start, end)
     return size, first, len(range(first, stop, step)), step
