@@ -33,6 +33,22 @@ def _grouped(q, k, v, mask):
     return _FLASH(q.repeat(1, 2, 1, 1), k, v, attn_mask=mask)[0]
 
 
+def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    """transformers' repeat_kv: each key/value head once per query head."""
+    b, heads, length, width = x.shape
+    x = x[:, :, None, :, :].expand(b, heads, group, length, width)
+    return x.reshape(b, heads * group, length, width)
+
+
+def _value_repeated_key_cast(q, k, v, mask):
+    # Under autocast a llama's rotated keys are cast after repeat_kv and its
+    # values are not: the walk hands the lowering the values grouped and the
+    # keys repeated.
+    half = k.shape[1] // 2
+    keys = _repeat_kv(k[:, :half].double(), 2).to(q.dtype)
+    return _FLASH(q, keys, _repeat_kv(v[:, :half], 2), attn_mask=mask)[0]
+
+
 @pytest.mark.parametrize(
     ("fn", "device", "expected"),
     [
@@ -41,10 +57,18 @@ def _grouped(q, k, v, mask):
         (_causal, "cpu", "softmax"),
         # MAX's flash kernel gave a left-padded llama's rows NaN.
         (_grouped, "cpu", "log_sum_exp"),
+        (_value_repeated_key_cast, "cpu", "log_sum_exp"),
         # What MAX compiles the pattern into was checked on the CPU only.
         (_output_only, "meta", "log_sum_exp"),
     ],
-    ids=["lse-unread", "lse-read", "causal", "grouped-query", "not-cpu"],
+    ids=[
+        "lse-unread",
+        "lse-read",
+        "causal",
+        "grouped-query",
+        "values-repeated",
+        "not-cpu",
+    ],
 )
 def test_softmax_where_the_log_sum_exp_is_unread(fn, device, expected):
     register_families()
@@ -101,3 +125,22 @@ def test_inference_attention_matches_eager_in_one_softmax_kernel_each(
     assert max_calls.of("inference") == 1
     (text,) = graph_texts()
     assert text.count("softmax") == 3
+
+
+def test_values_repeated_per_query_head_with_keys_cast_match_eager(max_calls):
+    # A llama under CPU autocast: the lowering gets 2 value heads for 4 query
+    # heads and 4 key heads; it built a product of 4 heads by 2 and failed.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
+    mask = torch.randn(2, 1, 5, 5)
+    compiled = torch.compile(
+        _value_repeated_key_cast,
+        backend=max_backend,
+        fullgraph=True,
+        options={"strict": True},
+    )
+    with torch.no_grad():
+        got = compiled(q, k, v, mask)
+    want = _value_repeated_key_cast(q, k, v, mask)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert max_calls.of("inference") == 1

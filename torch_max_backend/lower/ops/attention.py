@@ -189,10 +189,13 @@ def _lse_unread(node: torch.fx.Node) -> str | None:
     if q.device.type != "cpu":
         # What MAX compiles this pattern into was checked on the CPU only.
         return "not on the CPU"
-    if q.shape[1] != k.shape[1] or unrepeated(values["key"]) is not None:
+    repeated = [unrepeated(values[name]) for name in ("key", "value")]
+    if q.shape[1] != k.shape[1] or any(r is not None for r in repeated):
         # MAX's flash attention kernel, fed the grouped layout and a mask,
-        # gave NaN rows (max 26.7; a left-padded llama's logits). Keys
-        # repeated per query head reach the lowering grouped as well.
+        # gave NaN rows (max 26.7; a left-padded llama's logits). Keys and
+        # values repeated per query head reach the lowering grouped as well,
+        # each on its own: under autocast a llama's keys are cast after the
+        # repeat (so they arrive repeated) and its values are not.
         return "grouped-query attention (MAX's flash kernel mishandles it)"
     if outputs_read(node) - {0}:
         return "the log-sum-exp is read (a training graph saves it)"
@@ -235,7 +238,7 @@ def _inference(
     # and infinite scores give NaN rows, as torch's, but so does a NaN score
     # the mask hides (the kernel adds the mask to it), which torch hides.
     s, _ = _scores(q, k, mask, is_causal, scale, masked=_LOWEST)
-    out = product(ops.softmax(s), ops.cast(v, DType.float32))
+    out = _grouped_matmul(ops.softmax(s), ops.cast(v, DType.float32), q)
     keys = _rows_with_a_key(mask)
     if keys is not None:
         out = ops.where(keys, out, as_tensor(0.0, DType.float32))
