@@ -100,9 +100,12 @@ def test_a_decode_step_updates_the_cache_in_place(max_calls, caplog):
             )
     torch.testing.assert_close(compiled_module.keys, eager.keys, rtol=0, atol=0)
     torch.testing.assert_close(compiled_module.values, eager.values, rtol=0, atol=0)
-    # A position past the cache raises as in eager (checked once for both).
+    # A position past the cache raises as in eager (checked once for both),
+    # and, as in eager, writes nothing: no slot of either cache changes.
     with torch.no_grad(), pytest.raises(IndexError, match="out of bounds"):
         compiled(*_step(CAPACITY))
+    torch.testing.assert_close(compiled_module.keys, eager.keys, rtol=0, atol=0)
+    torch.testing.assert_close(compiled_module.values, eager.values, rtol=0, atol=0)
     assert max_calls.of("inference") == 5  # one graph, every position
     graph = "\n".join(
         r.getMessage() for r in caplog.records if "MAX graph" in r.getMessage()
@@ -111,8 +114,6 @@ def test_a_decode_step_updates_the_cache_in_place(max_calls, caplog):
     # Nothing stores a whole cache, and nothing scatters into a copy of one.
     assert "mo.mutable.store " not in graph.replace("mo.mutable.store.slice", "")
     assert "scatter" not in graph
-    # Attention's products read the cache's 2 key/value heads, never 4
-    # copies, whichever form they take (lower/products.py).
     # Attention's products (matmuls, or rank-5 products to be summed, as
     # small ones are: lower/products.py) read the cache's 2 key/value heads,
     # never 4 copies.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from max.dtype import DType
-from max.graph import BufferValue, DeviceRef, TensorValue, ops
+from max.graph import BufferValue, TensorValue, ops
 
 from ..checks import in_range
 from ..kit import is_static, same_sizes, tensor_meta
@@ -121,20 +121,25 @@ def store_slot(
     """Store ``source`` into its slot of ``buffer``; the buffer's new contents."""
     size = int(buffer.shape[write.dim])
 
-    def constant(value: int) -> TensorValue:
-        return ops.constant(value, DType.int64, device=DeviceRef.CPU())
-
     start = ops.cast(ops.reshape(position, []), DType.int64)
     # A position out of range raises eager's IndexError after the call; every
-    # layer's cache is written at the same position, checked once.
-    in_range(start, size, write.dim, "IndexError", wraps=True, key=write.position)
-    # Negative positions count from the end, as in torch; a position out of
-    # range is clamped so that no store leaves the buffer (that slot changes).
-    start = ops.where(start < constant(0), start + constant(size), start)
-    start = ops.where(start < constant(0), constant(0), start)
-    start = ops.where(start > constant(size - 1), constant(size - 1), start)
+    # layer's cache is written at the same position, checked once. Negative
+    # positions count from the end, as in torch; one out of range reads 0.
+    start, refused = in_range(
+        start, size, write.dim, "IndexError", wraps=True, key=write.position
+    )
     indices: list[object] = [slice(None)] * len(buffer.shape)
     indices[write.dim] = (slice(start, start + 1), 1)
-    ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
+
+    def store() -> None:
+        ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
+
+    if refused is None:
+        store()
+    else:
+        # Eager raises before it writes: a refused call leaves the cache as
+        # it was (storing at a clamped slot changed that slot).
+        accepted = ops.reshape(ops.logical_not(refused), [])
+        ops.cond(accepted, None, store, lambda: None)
     # Read after the store: MAX orders buffer operations in graph order.
     return ops.buffer_load(buffer)
