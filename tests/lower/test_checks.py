@@ -104,3 +104,26 @@ def test_a_bag_of_embeddings_refuses_a_row_past_the_table(max_calls):
     with pytest.raises(RuntimeError, match=r"out of bounds .* _embedding_bag"):
         compiled(bad, table, offsets)
     assert max_calls.of("inference") == 2
+
+
+def _losses(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (
+        torch.nn.functional.nll_loss(logits.log_softmax(1), targets),
+        torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100),
+    )
+
+
+@pytest.mark.parametrize("bad", [7, -3], ids=["past-the-classes", "negative"])
+def test_a_target_out_of_the_classes_raises_index_error_as_in_eager(bad, max_calls):
+    # nll_loss and cross_entropy reach us decomposed into a gather, whose own
+    # error is a RuntimeError; eager's losses raise IndexError.
+    compiled = torch.compile(_losses, backend=max_backend, options={"strict": True})
+    logits = torch.randn(3, 5)
+    good, wrong = torch.tensor([1, 4, 2]), torch.tensor([1, bad, 2])
+    for got, want in zip(compiled(logits, good), _losses(logits, good), strict=True):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(IndexError, match="Target"):
+        _losses(logits, wrong)
+    with pytest.raises(IndexError, match=r"Target .*out of bounds.*nll_loss"):
+        compiled(logits, wrong)
+    assert max_calls.of("inference") == 2

@@ -96,12 +96,14 @@ def in_range(
     error: str,
     wraps: bool,
     key: object = None,
+    message: str | None = None,
 ) -> tuple[TensorValue, TensorValue | None]:
     """``index`` (made int64) checked to address one of ``size`` positions
     along ``dim``, as eager checks it: negative positions count from the end
     where the op ``wraps`` them. An index outside reads position 0, and the
-    call raises ``error`` (``key`` as ``fail_when``'s). Returns the index and
-    whether the call is refused (None for an index with no elements)."""
+    call raises ``error`` (with ``message`` when given; ``key`` as
+    ``fail_when``'s). Returns the index and whether the call is refused (None
+    for an index with no elements)."""
     index = ops.cast(index, DType.int64)
     if any(static_size(d) == 0 for d in index.shape):
         return index, None
@@ -110,7 +112,7 @@ def in_range(
     if wraps:
         index = ops.where(ops.greater(zero, index), ops.add(index, length), index)
     bad = ops.logical_or(ops.greater(zero, index), ops.greater_equal(index, length))
-    message = f"index out of bounds for dimension {dim} with size {size}"
+    message = message or f"index out of bounds for dimension {dim} with size {size}"
     refused = fail_when(bad, error, message, key)
     return ops.where(bad, zero, index), refused
 

@@ -45,6 +45,24 @@ def _index_with_elements(node: torch.fx.Node) -> str | None:
     return empty_input(node, 2)
 
 
+# Losses that reach us decomposed into a gather of each row's target class:
+# eager checks the targets itself and raises IndexError, where a gather
+# raises RuntimeError. Told by name: the op a node's meta records is a copy
+# of the overload (the graph's nodes are deep-copied), not the same object.
+_TARGET_LOOKUPS = {"aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default"}
+
+
+def _gather_refusal(size: object) -> tuple[str, str | None]:
+    """The error (and message) a gather's index out of range raises."""
+    loss = str(current().node.meta.get("original_aten"))
+    if loss in _TARGET_LOOKUPS:
+        return (
+            "IndexError",
+            f"Target is out of bounds: not one of {size} classes ({loss})",
+        )
+    return "RuntimeError", None
+
+
 @lowering(aten.gather.default, supports=_index_with_elements)
 def gather(
     self: TensorValue, dim: int, index: TensorValue, *, sparse_grad: bool = False
@@ -54,7 +72,10 @@ def gather(
         _ = in_range(index, 1, 0, "RuntimeError", wraps=False)
         return ops.reshape(self, list(index.shape))
     axis = normalize_dim(dim, self.rank)
-    index, _ = in_range(index, self.shape[axis], axis, "RuntimeError", wraps=False)
+    error, message = _gather_refusal(self.shape[axis])
+    index, _ = in_range(
+        index, self.shape[axis], axis, error, wraps=False, message=message
+    )
     coords = []
     for d in range(index.rank):
         if d == axis:
