@@ -47,8 +47,8 @@ def _index_with_elements(node: torch.fx.Node) -> str | None:
 
 # Losses that reach us decomposed into a gather of each row's target class:
 # eager checks the targets itself and raises IndexError, where a gather
-# raises RuntimeError. Told by name: the op a node's meta records is a copy
-# of the overload (the graph's nodes are deep-copied), not the same object.
+# raises RuntimeError. Told by name: the overload a node's meta records in
+# our graphs compared unequal to torch.ops.aten's, the names equal.
 _TARGET_LOOKUPS = {"aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default"}
 
 
