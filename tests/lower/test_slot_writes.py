@@ -19,15 +19,9 @@ from torch_max_backend.lower.builder.repeated_kv import find_repeated_kv, unrepe
 from torch_max_backend.lower.builder.slot_writes import find_slot_writes
 
 from .aten_graphs import aten_graphs
+from .repeat_kv import repeat_kv
 
 CAPACITY = 24
-
-
-def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
-    """transformers' repeat_kv: each key/value head once per query head."""
-    b, heads, length, width = x.shape
-    x = x[:, :, None, :, :].expand(b, heads, group, length, width)
-    return x.reshape(b, heads * group, length, width)
 
 
 class StaticCache(torch.nn.Module):
@@ -44,7 +38,7 @@ class StaticCache(torch.nn.Module):
         old = self.keys.sum() if self.read_old else 0.0
         self.keys.index_copy_(2, position, k)
         self.values.index_copy_(2, position, v)
-        keys, values = _repeat_kv(self.keys, 2), _repeat_kv(self.values, 2)
+        keys, values = repeat_kv(self.keys, 2), repeat_kv(self.values, 2)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return out + old
 

@@ -13,6 +13,8 @@ from torch_max_backend import max_backend
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 
+from ..repeat_kv import repeat_kv
+
 aten = torch.ops.aten
 _FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
 
@@ -33,20 +35,13 @@ def _grouped(q, k, v, mask):
     return _FLASH(q.repeat(1, 2, 1, 1), k, v, attn_mask=mask)[0]
 
 
-def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
-    """transformers' repeat_kv: each key/value head once per query head."""
-    b, heads, length, width = x.shape
-    x = x[:, :, None, :, :].expand(b, heads, group, length, width)
-    return x.reshape(b, heads * group, length, width)
-
-
 def _value_repeated_key_cast(q, k, v, mask):
     # Under autocast a llama's rotated keys are cast after repeat_kv and its
     # values are not: the walk hands the lowering the values grouped and the
     # keys repeated.
     half = k.shape[1] // 2
-    keys = _repeat_kv(k[:, :half].double(), 2).to(q.dtype)
-    return _FLASH(q, keys, _repeat_kv(v[:, :half], 2), attn_mask=mask)[0]
+    keys = repeat_kv(k[:, :half].double(), 2).to(q.dtype)
+    return _FLASH(q, keys, repeat_kv(v[:, :half], 2), attn_mask=mask)[0]
 
 
 @pytest.mark.parametrize(
