@@ -24,8 +24,10 @@ def _layer(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x @ w) * 0.5
 
 
-def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.randn(4, 8), torch.randn(8, 8)
+def _inputs(rows: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    # The tests that damage a record use rows of their own: under xdist a
+    # record another worker is reading must not be the one damaged.
+    return torch.randn(rows, 8), torch.randn(8, 8)
 
 
 def _run(fn, *args, **options):
@@ -155,7 +157,7 @@ def test_a_known_graph_under_background_compilation_starts_on_max(max_calls):
 
 
 def test_an_unreadable_record_is_removed_and_the_graph_built(records):
-    x, w = _inputs()
+    x, w = _inputs(rows=5)
     _run(_layer, x, w)
     path = records[-1]
     path.write_text("{not json")
@@ -167,7 +169,7 @@ def test_an_unreadable_record_is_removed_and_the_graph_built(records):
 
 
 def test_a_record_whose_artifact_is_gone_is_forgotten(records, empty_table):
-    x, w = _inputs()
+    x, w = _inputs(rows=6)
     _run(_layer, x, w)
     path = records[-1]
     record = json.loads(path.read_text())
