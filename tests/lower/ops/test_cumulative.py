@@ -12,6 +12,17 @@ from .family_check import check_family
 from .helpers import check_against_eager
 
 
+def _check_loss_and_gradient(fn, x: torch.Tensor, max_calls) -> None:
+    """``fn(x)``, a scalar, and its gradient match eager, all on MAX."""
+    x_eager, x_max = x.clone().requires_grad_(), x.clone().requires_grad_()
+    compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
+    torch.testing.assert_close(compiled(x_max), fn(x_eager))
+    (got,) = torch.autograd.grad(compiled(x_max), x_max)
+    (want,) = torch.autograd.grad(fn(x_eager), x_eager)
+    torch.testing.assert_close(got, want)
+    assert max_calls.of("forward") == 2 and max_calls.of("backward") == 1
+
+
 def test_cumulative_lowerings_build_for_every_opinfo_case():
     check_family("cumulative")
 
@@ -48,13 +59,7 @@ def test_cumprod_gradients_match_eager(max_calls):
         return (torch.cumprod(x, 1) * torch.arange(6.0)).sum()
 
     x = torch.tensor([[2.0, -3.0, 0.5, 0.0, 4.0, 1.5], [1.0, 2.0, -1.0, 3.0, 0.5, 2.0]])
-    x_eager, x_max = x.clone().requires_grad_(), x.clone().requires_grad_()
-    compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
-    torch.testing.assert_close(compiled(x_max), fn(x_eager))
-    (got,) = torch.autograd.grad(compiled(x_max), x_max)
-    (want,) = torch.autograd.grad(fn(x_eager), x_eager)
-    torch.testing.assert_close(got, want)
-    assert max_calls.of("forward") == 2 and max_calls.of("backward") == 1
+    _check_loss_and_gradient(fn, x, max_calls)
 
 
 def test_running_extremes_match_eager_through_ties_nans_and_dtypes(max_calls):
@@ -121,13 +126,7 @@ def test_running_extreme_and_log_sum_exp_gradients_match_eager(max_calls):
 
     torch.manual_seed(0)
     x = torch.randn(4, 9)
-    x_eager, x_max = x.clone().requires_grad_(), x.clone().requires_grad_()
-    compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
-    torch.testing.assert_close(compiled(x_max), fn(x_eager))
-    (got,) = torch.autograd.grad(compiled(x_max), x_max)
-    (want,) = torch.autograd.grad(fn(x_eager), x_eager)
-    torch.testing.assert_close(got, want)
-    assert max_calls.of("forward") == 2 and max_calls.of("backward") == 1
+    _check_loss_and_gradient(fn, x, max_calls)
 
 
 def test_a_scan_along_a_symbolic_dim_runs_in_pytorch_and_says_why():
