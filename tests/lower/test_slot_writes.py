@@ -105,6 +105,9 @@ def test_a_decode_step_updates_the_cache_in_place(max_calls, caplog):
         r.getMessage() for r in caplog.records if "MAX graph" in r.getMessage()
     )
     assert graph.count("mo.mutable.store.slice") == 2
+    # Both writes share one position: its bounds (wrapped, checked, clamped,
+    # and the slot's end) are computed once, not per layer's cache.
+    assert graph.count("rmo.greater_equal(") == 1
     # Nothing stores a whole cache, and nothing scatters into a copy of one.
     assert "mo.mutable.store " not in graph.replace("mo.mutable.store.slice", "")
     assert "scatter" not in graph
@@ -130,3 +133,43 @@ def test_repeat_kv_is_seen_through_only_as_transformers_writes_it():
     assert all(s.target is torch.ops.aten.index_put.default for s in sources.values())
     # The query, which no repeat made, is left as it is.
     assert unrepeated(attention.args[0]) is None
+
+
+class TwoLengths(torch.nn.Module):
+    """Two caches of different lengths written at one position node."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("long", torch.zeros(1, 2, CAPACITY, 8))
+        self.register_buffer("short", torch.zeros(1, 2, 8, 8))
+
+    def forward(self, k, position):
+        self.long.index_copy_(2, position, k)
+        self.short.index_copy_(2, position, k)
+        # (Summing the two loaded caches and adding the sums makes MAX
+        # 26.7's compiler crash; the graph then runs in PyTorch.)
+        return self.long * 2, self.short * 2
+
+
+def test_one_position_is_checked_against_each_cache_length():
+    eager, compiled_module = TwoLengths(), TwoLengths()
+    compiled = torch.compile(
+        compiled_module, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
+    k = torch.randn(1, 2, 1, 8)
+    gm = aten_graphs(
+        TwoLengths(), k, torch.tensor([3]), keep_inference_input_mutations=True
+    )[0]
+    assert len(find_slot_writes(gm, InputPlan(gm))) == 2  # both in place
+    with torch.no_grad():
+        torch.testing.assert_close(
+            compiled(k, torch.tensor([3])), eager(k, torch.tensor([3]))
+        )
+        # Inside the long cache, past the short one: eager writes the long
+        # one, then raises; the short one is never written at a clamped slot.
+        with pytest.raises(IndexError, match="out of bounds"):
+            eager(k, torch.tensor([10]))
+        with pytest.raises(IndexError, match="out of bounds"):
+            compiled(k, torch.tensor([10]))
+    torch.testing.assert_close(compiled_module.long, eager.long, rtol=0, atol=0)
+    torch.testing.assert_close(compiled_module.short, eager.short, rtol=0, atol=0)

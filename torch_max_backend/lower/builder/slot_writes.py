@@ -115,31 +115,62 @@ def find_slot_writes(
     return found
 
 
-def store_slot(
-    buffer: BufferValue, write: SlotWrite, position: TensorValue, source: TensorValue
-) -> TensorValue:
-    """Store ``source`` into its slot of ``buffer``; the buffer's new contents."""
-    size = int(buffer.shape[write.dim])
+@dataclass(frozen=True)
+class SlotBounds:
+    """Where a position's slot lies along a cache dim: computed once per
+    position and cache length, for every layer's cache written there."""
 
-    start = ops.cast(ops.reshape(position, []), DType.int64)
-    # A position out of range raises eager's IndexError after the call; every
-    # layer's cache is written at the same position, checked once. Negative
-    # positions count from the end, as in torch; one out of range reads 0.
-    start, refused = in_range(
-        start, size, write.dim, "IndexError", wraps=True, key=write.position
-    )
+    start: TensorValue  # int64 scalar, in range (0 when refused)
+    stop: TensorValue
+    accepted: TensorValue | None  # bool scalar; None when nothing is checked
+
+
+# Per graph: (position node, cache length) -> its slot's bounds.
+SharedBounds = dict[tuple[torch.fx.Node, int], SlotBounds]
+
+
+def _slot_bounds(
+    write: SlotWrite, size: int, position: TensorValue, shared: SharedBounds
+) -> SlotBounds:
+    key = (write.position, size)
+    if key not in shared:
+        start = ops.cast(ops.reshape(position, []), DType.int64)
+        # A position out of range raises eager's IndexError after the call.
+        # Negative positions count from the end, as in torch; one out of
+        # range reads 0.
+        start, refused = in_range(
+            start, size, write.dim, "IndexError", wraps=True, key=key
+        )
+        accepted = None
+        if refused is not None:
+            accepted = ops.reshape(ops.logical_not(refused), [])
+        shared[key] = SlotBounds(start, start + 1, accepted)
+    return shared[key]
+
+
+def store_slot(
+    buffer: BufferValue,
+    write: SlotWrite,
+    position: TensorValue,
+    source: TensorValue,
+    shared: SharedBounds,
+) -> TensorValue:
+    """Store ``source`` into its slot of ``buffer``; the buffer's new contents.
+    ``shared`` holds the graph's slot bounds so far: every layer's cache is
+    written at the same position, whose bounds are computed (and checked)
+    once."""
+    bounds = _slot_bounds(write, int(buffer.shape[write.dim]), position, shared)
     indices: list[object] = [slice(None)] * len(buffer.shape)
-    indices[write.dim] = (slice(start, start + 1), 1)
+    indices[write.dim] = (slice(bounds.start, bounds.stop), 1)
 
     def store() -> None:
         ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
 
-    if refused is None:
+    if bounds.accepted is None:
         store()
     else:
         # Eager raises before it writes: a refused call leaves the cache as
         # it was (storing at a clamped slot changed that slot).
-        accepted = ops.reshape(ops.logical_not(refused), [])
-        ops.cond(accepted, None, store, lambda: None)
+        ops.cond(bounds.accepted, None, store, lambda: None)
     # Read after the store: MAX orders buffer operations in graph order.
     return ops.buffer_load(buffer)

@@ -33,7 +33,7 @@ from .eager_layouts import CallerOutputs
 from .outputs import OutputPlan
 from .planning import InputPlan, writes_input
 from .repeated_kv import find_repeated_kv
-from .slot_writes import find_slot_writes, store_slot
+from .slot_writes import SharedBounds, find_slot_writes, store_slot
 
 # A fixed name: MAX's caches key on the graph text, name included.
 GRAPH_NAME = "torch_max_graph"
@@ -102,6 +102,7 @@ class NodeWalk:
         # The cache inputs they update in place, and the copy_ nodes they replace.
         self.written_in_place = {w.target for w in self.slot_writes.values()}
         self.done_write_backs = {w.write_back: n for n, w in self.slot_writes.items()}
+        self.slot_bounds: SharedBounds = {}
         self.repeated_kv = find_repeated_kv(gm)
         origin = inputs.origin_index
         self.origin = IndexOrigin(
@@ -169,6 +170,7 @@ class NodeWalk:
                     write,
                     self.values[write.position],
                     self.values[write.source],
+                    self.slot_bounds,
                 )
             except Exception as e:
                 raise LoweringError(node, e) from e
