@@ -64,3 +64,24 @@ def test_generate_with_a_static_cache_matches_eager_with_one_decode_graph(
     again = compile_stats()
     assert again.graphs_built == again.warm_starts == again.max_compiles == 0
     assert max_calls.of("inference") == 2 * decode_steps
+
+
+def test_generate_at_a_second_batch_size_runs_its_decode_graph_on_max(
+    max_calls, monkeypatch
+):
+    # A second batch size makes Dynamo hand over a decode graph whose batch
+    # is symbolic; MAX compiled it (it crashed MAX's compiler, and the step
+    # ran in PyTorch, while the cache was read outside its store's condition).
+    monkeypatch.setenv("TORCH_MAX_BACKEND_STRICT", "1")
+    torch.manual_seed(0)
+    model = _gpt2()
+    config = CompileConfig(backend="max")
+    config._compile_all_devices = True
+    for batch in (2, 3):
+        ids = torch.randint(0, 256, (batch, 7))
+        expected = _generate(model, ids)
+        before = max_calls.of("inference")
+        torch.testing.assert_close(
+            _generate(model, ids, config), expected, rtol=0, atol=0
+        )
+        assert max_calls.of("inference") - before == NEW_TOKENS - 1

@@ -146,9 +146,10 @@ class TwoLengths(torch.nn.Module):
     def forward(self, k, position):
         self.long.index_copy_(2, position, k)
         self.short.index_copy_(2, position, k)
-        # (Summing the two loaded caches and adding the sums makes MAX
-        # 26.7's compiler crash; the graph then runs in PyTorch.)
-        return self.long * 2, self.short * 2
+        # Both caches read after their conditional stores and combined: MAX
+        # 26.7's compiler crashed on this while the caches were read outside
+        # the conditions (lower/builder/slot_writes.py).
+        return self.long.sum(2) + self.short.sum(2)
 
 
 def test_one_position_is_checked_against_each_cache_length():
@@ -173,3 +174,36 @@ def test_one_position_is_checked_against_each_cache_length():
             compiled(k, torch.tensor([10]))
     torch.testing.assert_close(compiled_module.long, eager.long, rtol=0, atol=0)
     torch.testing.assert_close(compiled_module.short, eager.short, rtol=0, atol=0)
+
+
+class CountedCache(torch.nn.Module):
+    """transformers' StaticCache as it counts: the slot comes from a length
+    buffer that the step then advances (``cumulative_length.add_(1)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("keys", torch.zeros(1, 2, CAPACITY, 8))
+        self.register_buffer("length", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, k):
+        position = torch.arange(1) + self.length
+        self.length.add_(1)
+        self.keys.index_copy_(2, position, k)
+        return self.keys.sum(2)
+
+
+def test_a_cache_written_at_its_own_length_then_counted_compiles_on_max(max_calls):
+    # MAX 26.7 refused this graph ("operand #0 does not dominate this use")
+    # when the slot's store was conditional and the cache was read after it,
+    # outside the condition, before the length's store.
+    eager, compiled_module = CountedCache(), CountedCache()
+    compiled = torch.compile(
+        compiled_module, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
+    with torch.no_grad():
+        for _ in range(3):
+            k = torch.randn(1, 2, 1, 8)
+            torch.testing.assert_close(compiled(k), eager(k))
+    assert max_calls.of("inference") == 3
+    torch.testing.assert_close(compiled_module.keys, eager.keys, rtol=0, atol=0)
+    assert int(compiled_module.length) == 3

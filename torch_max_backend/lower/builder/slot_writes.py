@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from max.dtype import DType
-from max.graph import BufferValue, TensorValue, ops
+from max.graph import BufferValue, TensorType, TensorValue, ops
 
 from ..checks import in_range
 from ..kit import is_static, same_sizes, tensor_meta
@@ -163,14 +163,24 @@ def store_slot(
     indices: list[object] = [slice(None)] * len(buffer.shape)
     indices[write.dim] = (slice(bounds.start, bounds.stop), 1)
 
-    def store() -> None:
-        ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
-
     if bounds.accepted is None:
-        store()
-    else:
-        # Eager raises before it writes: a refused call leaves the cache as
-        # it was (storing at a clamped slot changed that slot).
-        ops.cond(bounds.accepted, None, store, lambda: None)
-    # Read after the store: MAX orders buffer operations in graph order.
-    return ops.buffer_load(buffer)
+        ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
+        # Read after the store: MAX orders buffer operations in graph order.
+        return ops.buffer_load(buffer)
+
+    # Eager raises before it writes: a refused call leaves the cache as it
+    # was (storing at a clamped slot would change that slot). Each branch
+    # reads the buffer itself and the condition returns what it read: MAX
+    # 26.7 refuses a graph that reads the buffer after the condition and
+    # then stores to another buffer ("operand #0 does not dominate this
+    # use"), which every transformers decode step does (its length counter).
+    def store() -> TensorValue:
+        ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
+        return ops.buffer_load(buffer)
+
+    def keep() -> TensorValue:
+        return ops.buffer_load(buffer)
+
+    contents = TensorType(buffer.dtype, buffer.shape, buffer.device)
+    (stored,) = ops.cond(bounds.accepted, [contents], store, keep)
+    return stored.tensor
