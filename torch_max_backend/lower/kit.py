@@ -134,3 +134,21 @@ def all_of(*checks: SupportsFn) -> SupportsFn:
     summaries = [(c.__doc__ or "").strip().split("\n\n")[0].rstrip(".") for c in checks]
     check.__doc__ = "; ".join(s[:1].lower() + s[1:] for s in summaries if s) + "."
     return check
+
+
+def static_dim(position: int, default: int) -> SupportsFn:
+    """A check that the dim a node works along (its argument ``position``,
+    named ``dim``, ``default`` when left out) of its first tensor argument
+    has a size known at compile time: sorts and scans unroll over it."""
+
+    def check(node: torch.fx.Node) -> str | None:
+        """Along a dim whose size is known at compile time."""
+        meta = arg_tensor(node, 0)
+        if meta.dim() == 0:
+            return None
+        dim = node_arg(node, position, "dim", default) % meta.dim()
+        if not isinstance(meta.shape[dim], int):
+            return f"{node.target} along a symbolic dim"
+        return None
+
+    return check

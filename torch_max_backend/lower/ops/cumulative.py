@@ -22,7 +22,7 @@ import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
-from ..kit import all_of, arg_tensor, empty_input, node_arg, tensor_meta
+from ..kit import all_of, arg_tensor, empty_input, static_dim, tensor_meta
 from ..registry import lowering
 from ..scalars import as_tensor, out_max_dtype
 from ..shapes import along, normalize_dim, positions, static_size
@@ -80,18 +80,7 @@ def cumprod(
     return as_tensor(product, out)
 
 
-def _static_scanned_dim(node: torch.fx.Node) -> str | None:
-    """A dim whose size is known at compile time (a scan takes log2 of it rounds)."""
-    meta = arg_tensor(node, 0)
-    if meta.dim() == 0:
-        return None
-    dim = normalize_dim(node_arg(node, 1, "dim", 0), meta.dim())
-    if not isinstance(meta.shape[dim], int):
-        return f"{node.target} along a symbolic dim"
-    return None
-
-
-_scannable = all_of(_static_scanned_dim, empty_input)
+_scannable = all_of(static_dim(1, 0), empty_input)
 
 
 def _along_range(x: TensorValue, axis: int, start: int, stop: int) -> TensorValue:
@@ -110,7 +99,7 @@ def _scan(values: list[TensorValue], axis: int, combine: Combine) -> list[Tensor
     after it each position covers the 2s positions ending there; ``combine``
     must be associative, its first argument the earlier range."""
     n = static_size(values[0].shape[axis])
-    assert n is not None, "checked by _static_scanned_dim"
+    assert n is not None, "checked by static_dim"
     shift = 1
     while shift < n:
         earlier = [_along_range(v, axis, 0, n - shift) for v in values]

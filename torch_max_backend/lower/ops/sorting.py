@@ -15,7 +15,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ...dtypes import to_torch_dtype
-from ..kit import arg_tensor, node_arg
+from ..kit import arg_tensor, static_dim
 from ..registry import lowering
 from ..scalars import as_tensor
 from ..shapes import along, normalize_dim, positions, static_size
@@ -102,20 +102,12 @@ def _select(
     return values, indices
 
 
-def _static_axis(node: torch.fx.Node) -> str | None:
-    """The sorted dim has a size known at compile time."""
-    meta = arg_tensor(node, 0)
-    if meta.dim() == 0:
-        return None
-    dim = node_arg(node, 1, "dim", -1)
-    if node.target is aten.topk.default:
-        dim = node_arg(node, 2, "dim", -1)
-    if not isinstance(meta.shape[normalize_dim(dim, meta.dim())], int):
-        return f"{node.target} along a symbolic dim"
-    return None
+# The dim sort and argsort take second, topk third.
+_static_sorted_dim = static_dim(1, -1)
+_static_topk_dim = static_dim(2, -1)
 
 
-@lowering(aten.sort.default, supports=_static_axis)
+@lowering(aten.sort.default, supports=_static_sorted_dim)
 def sort(
     self: TensorValue, dim: int = -1, descending: bool = False
 ) -> tuple[TensorValue, TensorValue]:
@@ -123,11 +115,11 @@ def sort(
     if self.rank == 0:
         return _select(self, 1, dim, True)
     size = static_size(self.shape[normalize_dim(dim, self.rank)])
-    assert size is not None  # _static_axis
+    assert size is not None  # _static_sorted_dim
     return _select(self, size, dim, descending)
 
 
-@lowering(aten.topk.default, supports=_static_axis)
+@lowering(aten.topk.default, supports=_static_topk_dim)
 def topk(
     self: TensorValue,
     k: int,
@@ -143,7 +135,7 @@ def _stable_sort(node: torch.fx.Node) -> str | None:
     """A sorted dim of static size; a stable sort of floats of 32 bits or
     fewer along at most 2^24 positions, or of integers of 32 bits or fewer
     along at most 2^22 (room in a float64 key for the position)."""
-    reason = _static_axis(node)
+    reason = _static_sorted_dim(node)
     meta = arg_tensor(node, 0)
     if reason is not None or meta.dim() == 0 or not node.kwargs.get("stable"):
         return reason
