@@ -69,6 +69,22 @@ def test_table_gives_ratios_bound_share_and_token_agreement():
     assert row[11] == "NO"  # the passive run's tokens differ from eager's
 
 
+def test_table_marks_a_backend_whose_graph_ran_in_pytorch():
+    # A decode graph MAX failed to compile runs in PyTorch with a
+    # FallbackWarning; its speed is not max_backend's and must not read so.
+    results = {
+        "gpt2": {
+            "eager": _figures(10.0, [[1, 2]]),
+            "inductor": _figures(20.0, [[1, 2]]),
+            "max": _figures(30.0, [[1, 2]]),
+        }
+    }
+    results["gpt2"]["max"]["1"]["fallbacks"] = 2
+    (row,) = decode._rows(results, gbps=80.0)
+    assert row[4] == "30.0 (ran in PyTorch)"
+    assert row[5] == "failed"  # no passive run
+
+
 def test_docs_section_is_replaced(tmp_path, monkeypatch):
     page = tmp_path / "docs" / "benchmarks.md"
     page.parent.mkdir()
