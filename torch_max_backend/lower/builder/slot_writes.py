@@ -171,9 +171,10 @@ def store_slot(
     # Eager raises before it writes: a refused call leaves the cache as it
     # was (storing at a clamped slot would change that slot). Each branch
     # reads the buffer itself and the condition returns what it read: MAX
-    # 26.7 refuses a graph that reads the buffer after the condition and
-    # then stores to another buffer ("operand #0 does not dominate this
-    # use"), which every transformers decode step does (its length counter).
+    # 26.7 refused ("operand #0 does not dominate this use"), or crashed
+    # compiling, graphs that read the buffer after the condition and then
+    # store another buffer, as a transformers decode step stores its length
+    # counter (a one-layer model; any model once its batch is symbolic).
     def store() -> TensorValue:
         ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
         return ops.buffer_load(buffer)
