@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
-from .shapes import static_size
+from .shapes import index_along, static_size
 
 # The largest product built as a sum, in multiply-adds (batch x M x K x N):
 # the LM head of a 64-wide model with a 1000-token vocabulary over 32 tokens,
@@ -99,9 +99,8 @@ def _empty(a: TensorValue, b: TensorValue, shape: list[int]) -> TensorValue:
     empty dim: from a constant, MAX would fold what follows at compile time."""
     empty_in_a = 0 in [int(d) for d in a.shape[:-1]]
     source = a if empty_in_a else b
-    index = [slice(None)] * source.rank
-    index[-1 if empty_in_a else -2] = slice(0, 1)
-    return ops.broadcast_to(source[tuple(index)], shape)
+    axis = source.rank - (1 if empty_in_a else 2)
+    return ops.broadcast_to(index_along(source, axis, slice(0, 1)), shape)
 
 
 def product(a: TensorValue, b: TensorValue) -> TensorValue:

@@ -98,6 +98,13 @@ def size_value(size: SizeLike, plus: int = 0) -> int | TensorValue:
     return value
 
 
+def index_along(x: TensorValue, axis: int, index: slice | int) -> TensorValue:
+    """``x`` indexed by ``index`` along ``axis``, every other dim whole."""
+    selector: list[slice | int] = [slice(None)] * x.rank
+    selector[axis] = index
+    return x[tuple(selector)]
+
+
 def along(values: TensorValue, axis: int, rank: int) -> TensorValue:
     """A 1-d ``values`` reshaped to broadcast along ``axis`` of a rank-``rank`` tensor."""
     shape: list[int | Dim] = [1] * rank

@@ -14,6 +14,7 @@ from max.graph import TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
 from .opmath import accumulated
+from .shapes import index_along
 
 
 def per_axis(values: Sequence[int], count: int, default: int) -> tuple[int, ...]:
@@ -49,10 +50,7 @@ def crop(x: TensorValue, axis: int, before: int, after: int) -> TensorValue:
     """Drops ``before``/``after`` (non-negative) elements from the ends of ``axis``."""
     if before == 0 and after == 0:
         return x
-    n = int(x.shape[axis])
-    index = [slice(None)] * x.rank
-    index[axis] = slice(before, n - after)
-    return x[tuple(index)]
+    return index_along(x, axis, slice(before, int(x.shape[axis]) - after))
 
 
 def transposed_conv2d(

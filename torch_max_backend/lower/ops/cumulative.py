@@ -25,7 +25,7 @@ from max.graph import TensorValue, ops
 from ..kit import all_of, arg_tensor, empty_input, static_dim, tensor_meta
 from ..registry import lowering
 from ..scalars import as_tensor, out_max_dtype
-from ..shapes import along, normalize_dim, positions, static_size
+from ..shapes import along, index_along, normalize_dim, positions, static_size
 
 aten = torch.ops.aten
 
@@ -83,12 +83,6 @@ def cumprod(
 _scannable = all_of(static_dim(1, 0), empty_input)
 
 
-def _along_range(x: TensorValue, axis: int, start: int, stop: int) -> TensorValue:
-    index: list[slice] = [slice(None)] * x.rank
-    index[axis] = slice(start, stop)
-    return x[tuple(index)]
-
-
 Combine = Callable[[list[TensorValue], list[TensorValue]], list[TensorValue]]
 
 
@@ -102,11 +96,11 @@ def _scan(values: list[TensorValue], axis: int, combine: Combine) -> list[Tensor
     assert n is not None, "checked by static_dim"
     shift = 1
     while shift < n:
-        earlier = [_along_range(v, axis, 0, n - shift) for v in values]
-        later = [_along_range(v, axis, shift, n) for v in values]
+        earlier = [index_along(v, axis, slice(0, n - shift)) for v in values]
+        later = [index_along(v, axis, slice(shift, n)) for v in values]
         combined = combine(earlier, later)
         values = [
-            ops.concat([_along_range(v, axis, 0, shift), c], axis)
+            ops.concat([index_along(v, axis, slice(0, shift)), c], axis)
             for v, c in zip(values, combined, strict=True)
         ]
         shift *= 2

@@ -15,7 +15,7 @@ from ...dtypes import to_max_dtype
 from ..kit import arg_tensor
 from ..registry import lowering
 from ..scalars import as_tensor, out_max_dtype, result_dtype
-from ..shapes import SizeLike, normalize_dim, static_size
+from ..shapes import SizeLike, index_along, normalize_dim, static_size
 
 aten = torch.ops.aten
 
@@ -113,9 +113,7 @@ def slice_tensor(
         start = None
     if start is None and end is None and step == 1:
         return self
-    index: list[slice] = [slice(None)] * self.rank
-    index[axis] = slice(start, end, step)
-    return self[tuple(index)]
+    return index_along(self, axis, slice(start, end, step))
 
 
 @lowering(aten.select.int)
@@ -125,9 +123,7 @@ def select(self: TensorValue, dim: int, index: int) -> TensorValue:
     size = static_size(self.shape[axis])
     if index < 0 and size is not None:
         index += size
-    selector: list[slice | int] = [slice(None)] * self.rank
-    selector[axis] = index
-    return self[tuple(selector)]
+    return index_along(self, axis, index)
 
 
 @lowering(aten.unsqueeze.default)

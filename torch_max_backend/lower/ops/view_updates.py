@@ -12,7 +12,14 @@ from ..index_origin import runtime_int
 from ..kit import arg_tensor, node_arg
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor
-from ..shapes import along, normalize_dim, positions, size_value, static_size
+from ..shapes import (
+    along,
+    index_along,
+    normalize_dim,
+    positions,
+    size_value,
+    static_size,
+)
 
 aten = torch.ops.aten
 
@@ -119,12 +126,11 @@ def _spliced(
     """``x`` with positions first..first+count along ``axis`` replaced by ``src``."""
     size = int(x.shape[axis])
 
-    def part(lo: int, hi: int) -> TensorValue:
-        index = [slice(None)] * x.rank
-        index[axis] = slice(lo, hi)
-        return x[tuple(index)]
-
-    pieces = [part(0, first), src, part(first + count, size)]
+    pieces = [
+        index_along(x, axis, slice(0, first)),
+        src,
+        index_along(x, axis, slice(first + count, size)),
+    ]
     kept = [p for p in pieces if static_size(p.shape[axis]) != 0]
     if len(kept) == 1:
         return kept[0]
