@@ -15,6 +15,7 @@ FAMILIES: tuple[str, ...] = (
     "activation",
     "arg_reduction",
     "attention",
+    "device_attention",
     "avg_pooling",
     "convolution",
     "creation",

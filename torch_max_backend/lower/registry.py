@@ -259,16 +259,31 @@ def core_and_extra_decompositions() -> dict[OpOverload, Callable[..., Any]]:
     return {op: fn for op, fn in table.items() if isinstance(op, OpOverload)}
 
 
+# Our own rewrites of ops into ops we lower, registered by the families.
+_OWN_DECOMPOSITIONS: dict[OpOverload, Callable[..., Any]] = {}
+
+
+def decomposition(op: OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``fn`` as ``op``'s rewrite while tracing; ``fn`` returns
+    NotImplemented to leave a call as it is."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if op in _OWN_DECOMPOSITIONS:
+            raise ValueError(f"{op} has a decomposition already")
+        _OWN_DECOMPOSITIONS[op] = fn
+        return fn
+
+    return register
+
+
 def decomposition_table() -> dict[OpOverload, Callable[..., Any]]:
-    """Core ATen decompositions (and a few extra) minus every op we lower.
+    """Core ATen decompositions (and a few extra, and ours) minus every op
+    we lower.
 
     Filtered afresh at each compile so that user registrations take effect.
     """
     from .families import register_families
 
     register_families()
-    return {
-        op: fn
-        for op, fn in core_and_extra_decompositions().items()
-        if op not in MAPPING_TORCH_ATEN_TO_MAX
-    }
+    table = {**core_and_extra_decompositions(), **_OWN_DECOMPOSITIONS}
+    return {op: fn for op, fn in table.items() if op not in MAPPING_TORCH_ATEN_TO_MAX}

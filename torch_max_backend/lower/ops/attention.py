@@ -39,9 +39,14 @@ aten = torch.ops.aten
 def _no_dropout_whole_groups(node: torch.fx.Node) -> str | None:
     """No dropout; the query heads split evenly over known key/value heads."""
     values = schema_args(node)
-    if values.get("dropout_p", 0.0):
-        return "attention with dropout_p > 0"
     q, k = fake_tensor(values["query"]), fake_tensor(values["key"])
+    return attention_refusal(q, k, values.get("dropout_p", 0.0))
+
+
+def attention_refusal(q: torch.Tensor, k: torch.Tensor, dropout_p: float) -> str | None:
+    """Why attention of query ``q`` over keys ``k`` is not lowered, or None."""
+    if dropout_p:
+        return "attention with dropout_p > 0"
     if q.dim() != 4 or k.dim() != 4:
         return "attention on tensors that are not 4-D"
     if q.shape[:-2] == k.shape[:-2]:
