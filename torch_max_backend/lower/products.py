@@ -27,6 +27,7 @@ from contextvars import ContextVar
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
+from .float32_products import matmul
 from .shapes import index_along, static_size
 
 # The largest product built as a sum, in multiply-adds (batch x M x K x N):
@@ -129,4 +130,4 @@ def product(a: TensorValue, b: TensorValue) -> TensorValue:
         return summed(a, b)
     if forms is not None:
         forms.matmuls += 1
-    return ops.matmul(a, b)
+    return matmul(a, b)

@@ -3,8 +3,8 @@
 Two graphs with one fingerprint build the same MAX graph and the same plan:
 the fingerprint covers every node's op, arguments and fake-tensor metadata
 (dtypes, sizes with their symbols, strides, devices), the lowering chosen for
-each op, the default dtype, this package's own source files, and the torch
-and MAX versions.
+each op, the default dtype, torch's float32 matmul precision, this package's
+own source files, and the torch and MAX versions.
 What it leaves out is what the build reads at run time anyway: the values of
 graph attributes (constants are fed as inputs, never baked in).
 
@@ -126,6 +126,8 @@ def graph_fingerprint(
     register_families()  # lowerings are part of it
     # Python floats in arguments promote to the default dtype.
     header = f"{code_version()}\ndefault dtype {torch.get_default_dtype()}\n"
+    # float32 products on a GPU are built for it (float32_products.py).
+    header += f"float32 matmul precision {torch.get_float32_matmul_precision()}\n"
     if eager_layouts is not None:
         header += f"eager layouts of {eager_layouts}\n"
     if not summed_products:

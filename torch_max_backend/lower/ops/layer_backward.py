@@ -14,6 +14,7 @@ from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
 from ..context import current
+from ..float32_products import matmul
 from ..kit import arg_tensor, is_static, node_arg
 from ..opmath import accumulated
 from ..registry import lowering
@@ -121,7 +122,7 @@ def _conv_weight_grad(
     g = ops.reshape(grad, [n, groups, o_group, blocks])
     g = ops.reshape(ops.permute(g, [1, 2, 0, 3]), [groups, o_group, n * blocks])
     # [groups, O / groups, C / groups * kh * kw]
-    weight_grad = accumulated(ops.matmul, g, cols)
+    weight_grad = accumulated(matmul, g, cols)
     return ops.reshape(weight_grad, [out_channels, c_group, kh, kw])
 
 
