@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import threading
 
+import torch
+
 # Each names a module of ``torch_max_backend.lower.ops``.
 FAMILIES: tuple[str, ...] = (
     "activation",
@@ -48,15 +50,29 @@ FAMILIES: tuple[str, ...] = (
 
 _LOCK = threading.Lock()
 _registered = False
+# The first failure, raised again at every later call: importing the family
+# afresh would meet its own earlier registrations ("registered twice") and
+# hide the cause.
+_failure: RuntimeError | None = None
 
 
 def register_families() -> None:
     """Register every family's lowerings, once per process."""
-    global _registered
+    global _registered, _failure
     if _registered:
         return
     with _LOCK:
+        if _failure is not None:
+            raise _failure
         if not _registered:
             for family in FAMILIES:
-                importlib.import_module(f"{__package__}.ops.{family}")
+                try:
+                    importlib.import_module(f"{__package__}.ops.{family}")
+                except Exception as e:
+                    _failure = RuntimeError(
+                        f"torch-max-backend could not register its {family!r} "
+                        f"lowerings (torch {torch.__version__}): "
+                        f"{type(e).__name__}: {e}"
+                    )
+                    raise _failure from e
             _registered = True
