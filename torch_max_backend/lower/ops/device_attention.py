@@ -12,7 +12,9 @@ formulation, its grouped-query handling and its training path. The random
 state of a call without dropout is zeros; nothing reads it.
 
 A call the lowering would refuse (dropout, query heads that do not split over
-the key/value heads) is left as it is, so that PyTorch runs it.
+the key/value heads) is left as it is, so that PyTorch runs it. The rewritten
+op has no CUDA kernel of torch's: were its lowering to fail while a GPU graph
+is built, the eager fallback of that node would fail too, naming the op.
 """
 
 from __future__ import annotations
