@@ -20,14 +20,23 @@ def strict(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_MAX_BACKEND_STRICT", "1")
 
 
-def test_cuda_tensors_run_on_the_accelerator(max_calls):
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).cuda().eval()
-    x = torch.randn(4, 8, device="cuda")
+def _inference_matches_eager(
+    model: torch.nn.Module, x: torch.Tensor, **tolerance: float
+) -> torch.Tensor:
+    """``model(x)`` compiled whole, checked against eager on the same GPU."""
     with torch.no_grad():
         got = torch.compile(model, backend=max_backend, fullgraph=True)(x)
         expected = model(x)
-    assert got.device == x.device
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert got.device == x.device and got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected, **tolerance)
+    return got
+
+
+def test_cuda_tensors_run_on_the_accelerator(max_calls):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).cuda().eval()
+    _inference_matches_eager(
+        model, torch.randn(4, 8, device="cuda"), rtol=1e-4, atol=1e-4
+    )
     assert max_calls.count == 1
 
 
@@ -65,12 +74,8 @@ def test_convolution_block_on_the_gpu(max_calls):
         torch.nn.Flatten(),
         torch.nn.Linear(8, 4),
     )
-    model = model.cuda().eval()
     x = torch.randn(2, 3, 16, 16, device="cuda")
-    with torch.no_grad():
-        got = torch.compile(model, backend=max_backend, fullgraph=True)(x)
-        expected = model(x)
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    _inference_matches_eager(model.cuda().eval(), x, rtol=1e-4, atol=1e-4)
     assert max_calls.count == 1
 
 
@@ -79,11 +84,7 @@ def test_bfloat16_products_on_the_gpu(max_calls):
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.SiLU())
     model = model.cuda().to(torch.bfloat16).eval()
     x = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
-        got = torch.compile(model, backend=max_backend, fullgraph=True)(x)
-        expected = model(x)
-    assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
+    _inference_matches_eager(model, x, rtol=2e-2, atol=2e-2)
     assert max_calls.count == 1
 
 
