@@ -9,28 +9,12 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+from tiny_models import tiny_gpt2, tiny_llama  # noqa: E402
 from transformers.generation.configuration_utils import CompileConfig  # noqa: E402
 
 from torch_max_backend import compile_stats, reset_compile_stats  # noqa: E402
 
 NEW_TOKENS = 5
-
-
-def _llama() -> torch.nn.Module:
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # grouped-query attention
-        vocab_size=256,
-    )
-    return transformers.LlamaForCausalLM(config).eval()
-
-
-def _gpt2() -> torch.nn.Module:
-    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256)
-    return transformers.GPT2LMHeadModel(config).eval()
 
 
 def _generate(model: torch.nn.Module, ids: torch.Tensor, compile_config=None):
@@ -43,7 +27,7 @@ def _generate(model: torch.nn.Module, ids: torch.Tensor, compile_config=None):
     )
 
 
-@pytest.mark.parametrize("build", [_llama, _gpt2], ids=["llama", "gpt2"])
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
 def test_generate_with_a_static_cache_matches_eager_with_one_decode_graph(
     max_calls, build
 ):
@@ -74,7 +58,7 @@ def test_generate_at_a_second_batch_size_runs_its_decode_graph_on_max(
     # ran in PyTorch, while the cache was read outside its store's condition).
     monkeypatch.setenv("TORCH_MAX_BACKEND_STRICT", "1")
     torch.manual_seed(0)
-    model = _gpt2()
+    model = tiny_gpt2()
     config = CompileConfig(backend="max")
     config._compile_all_devices = True
     for batch in (2, 3):

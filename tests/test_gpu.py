@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import tiny_llama
 
 from torch_max_backend import get_accelerators, max_backend
 
@@ -113,16 +114,7 @@ def test_a_symbolic_batch_on_the_gpu(max_calls):
 
 
 def _tiny_llama() -> torch.nn.Module:
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # grouped-query attention
-        vocab_size=256,
-    )
-    return transformers.LlamaForCausalLM(config).cuda().eval()
+    return tiny_llama().cuda()
 
 
 def test_llama_forward_on_the_gpu(max_calls):

@@ -4,9 +4,9 @@ row through the next layer's keys and values."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import tiny_llama
 
 from torch_max_backend import max_backend
 
@@ -48,17 +48,8 @@ def test_a_fully_masked_row_gives_zeros_and_zero_gradients_as_in_eager(max_calls
 
 def test_a_left_padded_batch_through_a_llama_matches_eager(max_calls):
     # transformers hands SDPA fully masked rows for the padded positions.
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-    )
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = tiny_llama()
     ids = torch.randint(0, 256, (2, 6))
     attention_mask = torch.ones(2, 6, dtype=torch.long)
     attention_mask[0, :3] = 0  # the first sequence is three tokens shorter
