@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
 import torch_max_backend
 from torch_max_backend import compile_stats, max_backend, reset_compile_stats
+from torch_max_backend.runtime.compile_workers import finish_unfinished
 
 # What building and compiling count: no graph may start warm (test_warm_start.py).
 pytestmark = pytest.mark.usefixtures("without_warm_starts")
@@ -74,9 +77,22 @@ def test_second_model_of_same_architecture_is_a_cache_hit(max_calls):
     assert max_calls.of("inference") == 3
 
 
+def _earlier_compiles_finished() -> None:
+    """Wait for compiles an earlier test in this process left running (a
+    graph built and never called still compiles: minutes on an empty cache),
+    so that ``pending`` counts this test's graphs alone."""
+    finish_unfinished()
+    deadline = time.monotonic() + 30  # their completion callbacks settle last
+    while compile_stats().pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert compile_stats().pending == 0, "an earlier compile never settled"
+
+
 def test_a_training_graph_called_forward_only_leaves_nothing_pending():
     # The step's backward compiles in one MAX module with its forward: once
     # the forward has run, nothing is pending, backward() called or not.
+    _earlier_compiles_finished()
+
     def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return (x * y).sin()
 
