@@ -45,6 +45,7 @@ FAMILIES: tuple[str, ...] = (
     "sorting",
     "symbolic",
     "trigonometry",
+    "upsampling",
     "view_updates",
 )
 

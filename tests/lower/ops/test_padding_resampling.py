@@ -14,8 +14,6 @@ from torch_max_backend import (
     UnsupportedOpsError,
     max_backend,
 )
-from torch_max_backend.backend import compile_aten_graph
-from torch_max_backend.settings import Settings
 
 from .helpers import check_against_eager
 
@@ -102,40 +100,6 @@ def test_padding_grid_sampling_and_col2im(max_calls, monkeypatch):
         )
     assert max_calls.count == 1
     assert lowered == set(ops)
-
-
-def test_upsampling_from_an_exported_graph(max_calls):
-    # Under torch.compile, AOTAutograd runs torch's Python decompositions of
-    # the .vec overloads (registered for CompositeImplicitAutograd and
-    # Autograd) before any backend sees them; exported graphs keep them.
-    def fn(x):
-        return (
-            F.interpolate(x, scale_factor=2, mode="nearest"),
-            F.interpolate(x, size=(7, 3), mode="nearest"),
-            F.interpolate(x, scale_factor=(1.5, 2.5), mode="nearest"),
-            F.interpolate(x, scale_factor=1.5, mode="bilinear"),
-            F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True),
-            F.interpolate(x, size=(3, 8), mode="bilinear"),
-            F.interpolate(x, scale_factor=(0.5, 1.7), mode="bilinear"),
-        )
-
-    class Model(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return fn(x)
-
-    torch.manual_seed(0)
-    x = torch.randn(2, 3, 5, 4)
-    gm = torch.export.export(Model(), (x,)).run_decompositions({}).graph_module
-    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
-    assert targets == {aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.vec}
-
-    compiled = compile_aten_graph(
-        gm, [x], settings=Settings.resolve(None), kind="inference"
-    )
-    got = compiled([x])
-    for i, (g, e) in enumerate(zip(got, fn(x), strict=True)):
-        torch.testing.assert_close(g, e, msg=lambda m, i=i: f"output {i}: {m}")
-    assert max_calls.count == 1
 
 
 def test_bicubic_grid_sampling_is_refused():

@@ -1,0 +1,87 @@
+"""Upsampling (nearest, linear in 1 to 3 dims, bicubic) from exported graphs.
+
+Under torch.compile, AOTAutograd runs torch's Python decompositions of the
+.vec overloads (registered for CompositeImplicitAutograd and Autograd) before
+any backend sees them; exported graphs keep them, and they lower here.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from torch_max_backend.backend import compile_aten_graph
+from torch_max_backend.settings import Settings
+
+aten = torch.ops.aten
+
+
+def test_upsampling_from_an_exported_graph(max_calls):
+    # Under torch.compile, AOTAutograd runs torch's Python decompositions of
+    # the .vec overloads (registered for CompositeImplicitAutograd and
+    # Autograd) before any backend sees them; exported graphs keep them.
+    def fn(x):
+        return (
+            F.interpolate(x, scale_factor=2, mode="nearest"),
+            F.interpolate(x, size=(7, 3), mode="nearest"),
+            F.interpolate(x, scale_factor=(1.5, 2.5), mode="nearest"),
+            F.interpolate(x, scale_factor=1.5, mode="bilinear"),
+            F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True),
+            F.interpolate(x, size=(3, 8), mode="bilinear"),
+            F.interpolate(x, scale_factor=(0.5, 1.7), mode="bilinear"),
+        )
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return fn(x)
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 4)
+    gm = torch.export.export(Model(), (x,)).run_decompositions({}).graph_module
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert targets == {aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.vec}
+
+    compiled = compile_aten_graph(
+        gm, [x], settings=Settings.resolve(None), kind="inference"
+    )
+    got = compiled([x])
+    for i, (g, e) in enumerate(zip(got, fn(x), strict=True)):
+        torch.testing.assert_close(g, e, msg=lambda m, i=i: f"output {i}: {m}")
+    assert max_calls.count == 1
+
+
+def test_linear_trilinear_and_bicubic_upsampling_from_an_exported_graph(max_calls):
+    def fn(seq, x, vol):
+        return (
+            F.interpolate(seq, scale_factor=2.5, mode="linear"),
+            F.interpolate(seq, size=4, mode="linear", align_corners=True),
+            F.interpolate(vol, scale_factor=(1.0, 1.5, 2.0), mode="trilinear"),
+            F.interpolate(vol, size=(3, 2, 7), mode="trilinear", align_corners=True),
+            F.interpolate(x, scale_factor=1.5, mode="bicubic"),
+            F.interpolate(x, size=(9, 3), mode="bicubic", align_corners=True),
+            # A scale factor resamples an axis whose size it keeps (5 * 1.1).
+            F.interpolate(
+                x, scale_factor=(1.1, 0.6), mode="bicubic", recompute_scale_factor=False
+            ),
+        )
+
+    class Model(torch.nn.Module):
+        def forward(self, seq, x, vol) -> tuple[torch.Tensor, ...]:
+            return fn(seq, x, vol)
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 6), torch.randn(2, 3, 5, 4), torch.randn(1, 2, 3, 4, 5)]
+    gm = torch.export.export(Model(), tuple(inputs)).run_decompositions({}).graph_module
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert targets == {
+        aten.upsample_linear1d.vec,
+        aten.upsample_trilinear3d.vec,
+        aten.upsample_bicubic2d.vec,
+    }
+    compiled = compile_aten_graph(
+        gm, inputs, settings=Settings.resolve(None), kind="inference"
+    )
+    got = compiled(list(inputs))  # the boxed call empties its list
+    for i, (g, e) in enumerate(zip(got, fn(*inputs), strict=True)):
+        torch.testing.assert_close(g, e, msg=lambda m, i=i: f"output {i}: {m}")
+    assert max_calls.count == 1
