@@ -1,4 +1,4 @@
-"""Upsampling, grid sampling and col2im: the family's build check.
+"""Grid sampling and col2im: the family's build check.
 
 Numerics are compared with eager PyTorch by the OpInfo sweep (tests/opinfo);
 this module checks that every case reaching the family builds.
@@ -10,11 +10,7 @@ from .family_check import check_family
 
 # Lowerings no core OpInfo case reaches (backward, optimizer and non-core
 # overloads): training, model and hand-written tests exercise them.
-OUTSIDE_OPINFO = (
-    "aten.col2im.default",
-    "aten.upsample_bilinear2d.vec",
-    "aten.upsample_nearest2d.vec",
-)
+OUTSIDE_OPINFO = ("aten.col2im.default",)
 
 
 def test_resampling_lowerings_build_for_every_opinfo_case():

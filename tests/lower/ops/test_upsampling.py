@@ -13,7 +13,27 @@ import torch.nn.functional as F
 from torch_max_backend.backend import compile_aten_graph
 from torch_max_backend.settings import Settings
 
+from .family_check import check_family
+
 aten = torch.ops.aten
+
+
+def test_upsampling_lowerings_build_for_every_opinfo_case():
+    # No core OpInfo case reaches the .vec overloads (see above): the
+    # exported graphs below test them.
+    check_family(
+        "upsampling",
+        [
+            f"aten.upsample_{name}.vec"
+            for name in (
+                "nearest2d",
+                "linear1d",
+                "bilinear2d",
+                "trilinear3d",
+                "bicubic2d",
+            )
+        ],
+    )
 
 
 def test_upsampling_from_an_exported_graph(max_calls):
