@@ -7,6 +7,8 @@ any backend sees them; exported graphs keep them, and they lower here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -36,10 +38,29 @@ def test_upsampling_lowerings_build_for_every_opinfo_case():
     )
 
 
+def _exported_graph_matches_eager(
+    fn: Callable[..., tuple[torch.Tensor, ...]],
+    inputs: list[torch.Tensor],
+    targets: set[object],
+) -> None:
+    """``fn`` exported (its ATen graph holds exactly ``targets``), compiled
+    from that graph, and compared with eager output by output."""
+
+    class Model(torch.nn.Module):
+        def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return fn(*args)
+
+    gm = torch.export.export(Model(), tuple(inputs)).run_decompositions({}).graph_module
+    assert {n.target for n in gm.graph.nodes if n.op == "call_function"} == targets
+    compiled = compile_aten_graph(
+        gm, inputs, settings=Settings.resolve(None), kind="inference"
+    )
+    got = compiled(list(inputs))  # the boxed call empties its list
+    for i, (g, e) in enumerate(zip(got, fn(*inputs), strict=True)):
+        torch.testing.assert_close(g, e, msg=lambda m, i=i: f"output {i}: {m}")
+
+
 def test_upsampling_from_an_exported_graph(max_calls):
-    # Under torch.compile, AOTAutograd runs torch's Python decompositions of
-    # the .vec overloads (registered for CompositeImplicitAutograd and
-    # Autograd) before any backend sees them; exported graphs keep them.
     def fn(x):
         return (
             F.interpolate(x, scale_factor=2, mode="nearest"),
@@ -51,22 +72,12 @@ def test_upsampling_from_an_exported_graph(max_calls):
             F.interpolate(x, scale_factor=(0.5, 1.7), mode="bilinear"),
         )
 
-    class Model(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return fn(x)
-
     torch.manual_seed(0)
-    x = torch.randn(2, 3, 5, 4)
-    gm = torch.export.export(Model(), (x,)).run_decompositions({}).graph_module
-    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
-    assert targets == {aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.vec}
-
-    compiled = compile_aten_graph(
-        gm, [x], settings=Settings.resolve(None), kind="inference"
+    _exported_graph_matches_eager(
+        fn,
+        [torch.randn(2, 3, 5, 4)],
+        {aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.vec},
     )
-    got = compiled([x])
-    for i, (g, e) in enumerate(zip(got, fn(x), strict=True)):
-        torch.testing.assert_close(g, e, msg=lambda m, i=i: f"output {i}: {m}")
     assert max_calls.count == 1
 
 
@@ -85,23 +96,14 @@ def test_linear_trilinear_and_bicubic_upsampling_from_an_exported_graph(max_call
             ),
         )
 
-    class Model(torch.nn.Module):
-        def forward(self, seq, x, vol) -> tuple[torch.Tensor, ...]:
-            return fn(seq, x, vol)
-
     torch.manual_seed(0)
-    inputs = [torch.randn(2, 3, 6), torch.randn(2, 3, 5, 4), torch.randn(1, 2, 3, 4, 5)]
-    gm = torch.export.export(Model(), tuple(inputs)).run_decompositions({}).graph_module
-    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
-    assert targets == {
-        aten.upsample_linear1d.vec,
-        aten.upsample_trilinear3d.vec,
-        aten.upsample_bicubic2d.vec,
-    }
-    compiled = compile_aten_graph(
-        gm, inputs, settings=Settings.resolve(None), kind="inference"
+    _exported_graph_matches_eager(
+        fn,
+        [torch.randn(2, 3, 6), torch.randn(2, 3, 5, 4), torch.randn(1, 2, 3, 4, 5)],
+        {
+            aten.upsample_linear1d.vec,
+            aten.upsample_trilinear3d.vec,
+            aten.upsample_bicubic2d.vec,
+        },
     )
-    got = compiled(list(inputs))  # the boxed call empties its list
-    for i, (g, e) in enumerate(zip(got, fn(*inputs), strict=True)):
-        torch.testing.assert_close(g, e, msg=lambda m, i=i: f"output {i}: {m}")
     assert max_calls.count == 1

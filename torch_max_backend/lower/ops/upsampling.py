@@ -8,7 +8,7 @@ CPU kernels are separable too).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -90,6 +90,43 @@ def upsample_nearest2d(
     return x
 
 
+def _source_positions(
+    in_size: int,
+    out_size: int,
+    align_corners: bool,
+    scale: float | None,
+    dtype: np.dtype,
+) -> np.ndarray:
+    """Where each output position reads the input, by torch's formula
+    (before linear interpolation clamps it at 0)."""
+    positions = np.arange(out_size).astype(dtype)
+    if align_corners:
+        return positions * (dtype.type(in_size - 1) / dtype.type(max(out_size - 1, 1)))
+    half = dtype.type(0.5)
+    return (positions + half) * _inverse_scale(scale, in_size, out_size, dtype) - half
+
+
+def _weighted_taps(
+    x: TensorValue,
+    axis: int,
+    taps: Sequence[tuple[np.ndarray, np.ndarray]],
+    dtype: np.dtype,
+) -> TensorValue:
+    """The sum over ``taps`` of ``x`` gathered along ``axis`` at each tap's
+    indices, times its weights (which broadcast over the dims after ``axis``)."""
+    shape = (-1,) + (1,) * (x.rank - 1 - axis)
+    terms = [
+        ops.mul(
+            _take(x, axis, indices),
+            _constant(weights.astype(dtype).reshape(shape), x.dtype),
+        )
+        for indices, weights in taps
+    ]
+    while len(terms) > 1:  # pairwise: (t0 + t1) + (t2 + t3)
+        terms = [ops.add(a, b) for a, b in zip(terms[::2], terms[1::2], strict=True)]
+    return terms[0]
+
+
 def _linear_along(
     x: TensorValue,
     axis: int,
@@ -103,73 +140,49 @@ def _linear_along(
     assert in_size is not None  # guaranteed by the capability check
     if out_size == in_size:
         return x
-    positions = np.arange(out_size).astype(dtype)
-    if align_corners:
-        ratio = dtype.type(in_size - 1) / dtype.type(max(out_size - 1, 1))
-        source = positions * ratio
-    else:
-        ratio = _inverse_scale(scale, in_size, out_size, dtype)
-        half = dtype.type(0.5)
-        source = np.maximum((positions + half) * ratio - half, dtype.type(0))
+    source = _source_positions(in_size, out_size, align_corners, scale, dtype)
+    if not align_corners:
+        source = np.maximum(source, dtype.type(0))
     low = np.minimum(np.floor(source).astype(np.int64), in_size - 1)
     high = np.minimum(low + 1, in_size - 1)
     high_weight = np.clip(source - low.astype(dtype), 0, 1).astype(dtype)
     low_weight = (dtype.type(1) - high_weight).astype(dtype)
-    # Weights broadcast along ``axis`` over the dims after it.
-    shape = (out_size,) + (1,) * (x.rank - 1 - axis)
-    max_dtype = x.dtype
-    return ops.add(
-        ops.mul(_take(x, axis, low), _constant(low_weight.reshape(shape), max_dtype)),
-        ops.mul(_take(x, axis, high), _constant(high_weight.reshape(shape), max_dtype)),
-    )
+    return _weighted_taps(x, axis, [(low, low_weight), (high, high_weight)], dtype)
 
 
-def _linear_upsampling(
+def _separable(
     input: TensorValue,
+    along: Callable[..., TensorValue],
     align_corners: bool,
     scale_factors: Sequence[float] | None,
 ) -> TensorValue:
-    """Linear interpolation along every spatial axis in turn (torch's CPU
-    kernels are separable too): one gather pair per axis."""
+    """``along`` applied to every spatial axis in turn, in torch's precision
+    (torch's CPU kernels are separable too)."""
     out_sizes = _out_spatial_sizes()
     scales = scale_factors or [None] * len(out_sizes)
     x, dtype = _compute_in(input)
     for axis, (out_size, scale) in enumerate(zip(out_sizes, scales, strict=True), 2):
-        x = _linear_along(x, axis, out_size, align_corners, scale, dtype)
+        x = along(x, axis, out_size, align_corners, scale, dtype)
     return ops.cast(x, input.dtype)
 
 
-@lowering(aten.upsample_linear1d.vec, supports=_spatial_sizes_static)
-def upsample_linear1d(
+@lowering(
+    aten.upsample_linear1d.vec,
+    aten.upsample_bilinear2d.vec,
+    aten.upsample_trilinear3d.vec,
+    supports=_spatial_sizes_static,
+)
+def upsample_linear(
     input: TensorValue,
     output_size: Sequence[int] | None,
     align_corners: bool,
     scale_factors: Sequence[float] | None,
 ) -> TensorValue:
-    """upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""
-    return _linear_upsampling(input, align_corners, scale_factors)
-
-
-@lowering(aten.upsample_bilinear2d.vec, supports=_spatial_sizes_static)
-def upsample_bilinear2d(
-    input: TensorValue,
-    output_size: Sequence[int] | None,
-    align_corners: bool,
-    scale_factors: Sequence[float] | None,
-) -> TensorValue:
-    """upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""
-    return _linear_upsampling(input, align_corners, scale_factors)
-
-
-@lowering(aten.upsample_trilinear3d.vec, supports=_spatial_sizes_static)
-def upsample_trilinear3d(
-    input: TensorValue,
-    output_size: Sequence[int] | None,
-    align_corners: bool,
-    scale_factors: Sequence[float] | None,
-) -> TensorValue:
-    """upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""
-    return _linear_upsampling(input, align_corners, scale_factors)
+    """upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor
+    upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor
+    upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor
+    """
+    return _separable(input, _linear_along, align_corners, scale_factors)
 
 
 # torch's cubic convolution coefficient (Keys' kernel with A = -0.75).
@@ -200,29 +213,19 @@ def _cubic_along(
 ) -> TensorValue:
     """Cubic interpolation of ``x`` along ``axis`` from four clamped taps.
     Never skipped for an unchanged size: with a scale factor given, torch
-    resamples such an axis too."""
+    resamples such an axis too. Unlike linear's, its source positions are not
+    clamped at 0: the taps are clamped instead."""
     in_size = static_size(x.shape[axis])
     assert in_size is not None  # guaranteed by the capability check
-    positions = np.arange(out_size).astype(dtype)
-    if align_corners:
-        ratio = dtype.type(in_size - 1) / dtype.type(max(out_size - 1, 1))
-        source = positions * ratio
-    else:  # unlike linear, not clamped at 0: the taps are clamped instead
-        half = dtype.type(0.5)
-        source = (positions + half) * _inverse_scale(scale, in_size, out_size, dtype)
-        source = source - half
+    source = _source_positions(in_size, out_size, align_corners, scale, dtype)
     floor = np.floor(source)
     weights = _cubic_weights((source - floor).astype(dtype))
     base = floor.astype(np.int64)
-    shape = (out_size,) + (1,) * (x.rank - 1 - axis)
-    terms = [
-        ops.mul(
-            _take(x, axis, np.clip(base + offset, 0, in_size - 1)),
-            _constant(weight.astype(dtype).reshape(shape), x.dtype),
-        )
+    taps = [
+        (np.clip(base + offset, 0, in_size - 1), weight)
         for offset, weight in zip((-1, 0, 1, 2), weights, strict=True)
     ]
-    return ops.add(ops.add(terms[0], terms[1]), ops.add(terms[2], terms[3]))
+    return _weighted_taps(x, axis, taps, dtype)
 
 
 @lowering(aten.upsample_bicubic2d.vec, supports=_spatial_sizes_static)
@@ -233,8 +236,4 @@ def upsample_bicubic2d(
     scale_factors: Sequence[float] | None,
 ) -> TensorValue:
     """upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""
-    scales = scale_factors or [None, None]
-    x, dtype = _compute_in(input)
-    for axis, out_size, scale in zip((2, 3), _out_spatial_sizes(), scales, strict=True):
-        x = _cubic_along(x, axis, out_size, align_corners, scale, dtype)
-    return ops.cast(x, input.dtype)
+    return _separable(input, _cubic_along, align_corners, scale_factors)
