@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -32,6 +32,23 @@ class LoweringContext:
     # Set while a half-precision node's math is built in float32 (opmath.py):
     # the dtype its lowering computes in, reported as its output dtype.
     computed_in: torch.dtype | None = None
+    # Values PyTorch computed at planning (builder/folding.py), by FX node:
+    # the graph reads them as constant inputs.
+    folded: Mapping[torch.fx.Node, torch.Tensor] = field(default_factory=dict)
+
+    def known_bounds(self, arg: object) -> tuple[int, int] | None:
+        """The least and greatest element of an integer tensor argument whose
+        values were computed at planning (an index range from ``arange``,
+        interpolation's source positions), or None: a graph input, a value
+        computed in the graph, an empty tensor. A build that relies on them
+        is a graph of its own, since it leaves out what other values need."""
+        value = self.folded.get(arg) if isinstance(arg, torch.fx.Node) else None
+        if value is None or value.numel() == 0 or value.is_floating_point():
+            return None
+        if value.dtype == torch.bool:
+            return None
+        low, high = torch.aminmax(value)
+        return int(low), int(high)
 
     @property
     def out_meta(self) -> object:
@@ -65,9 +82,12 @@ def current() -> LoweringContext:
 
 @contextlib.contextmanager
 def lowering_node(
-    node: torch.fx.Node, device: DeviceRef, twins: ChannelsLastTwins
+    node: torch.fx.Node,
+    device: DeviceRef,
+    twins: ChannelsLastTwins,
+    folded: Mapping[torch.fx.Node, torch.Tensor] | None = None,
 ) -> Iterator[None]:
-    token = _CURRENT.set(LoweringContext(node, device, twins))
+    token = _CURRENT.set(LoweringContext(node, device, twins, folded=folded or {}))
     try:
         yield
     finally:
@@ -93,6 +113,18 @@ def computing_in(dtype: torch.dtype) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def known_arg_bounds(
+    position: int, name: str, item: int | None = None
+) -> tuple[int, int] | None:
+    """The known bounds (``LoweringContext.known_bounds``) of the current
+    node's argument ``name`` at ``position``, or of item ``item`` of it."""
+    node = current().node
+    arg = node.args[position] if len(node.args) > position else node.kwargs.get(name)
+    if item is not None:
+        arg = arg[item] if isinstance(arg, (list, tuple)) and item < len(arg) else None
+    return current().known_bounds(arg)
 
 
 def unread_output() -> TensorValue:

@@ -143,7 +143,8 @@ class NodeWalk:
         if fn is None:  # the capability check ran first; this guards direct use
             raise UnsupportedOpsError(find_unsupported([self.gm]))
         args, kwargs = self._arguments(node)
-        with lowering_node(node, self.inputs.device_ref, self.twins):
+        folded = self.inputs.constant_subexpressions.frontier
+        with lowering_node(node, self.inputs.device_ref, self.twins, folded):
             try:
                 if is_pointwise(target):
                     result = self.twins.run_channels_last(

@@ -15,7 +15,7 @@ from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
 from ..checks import in_range
-from ..context import current
+from ..context import current, known_arg_bounds
 from ..kit import fake_tensor, has_no_elements, node_arg, schema_args
 from ..registry import lowering
 from ..scalars import as_tensor
@@ -205,7 +205,10 @@ def embedding_bag(
     index_dtype = to_max_dtype(meta[1].dtype)
     num_bags = _num_bags(offsets, include_last_offset)
     bag = _bag_of_each_index(indices, offsets, include_last_offset)
-    rows_of, _ = in_range(indices, weight.shape[0], 0, "RuntimeError", wraps=False)
+    known = known_arg_bounds(1, "indices")
+    rows_of, _ = in_range(
+        indices, weight.shape[0], 0, "RuntimeError", wraps=False, known=known
+    )
     rows = ops.gather(weight, rows_of, axis=0)
     keep = ops.not_equal(indices, as_tensor(padding_idx, indices.dtype))
     # Indices per bag, padding excluded.

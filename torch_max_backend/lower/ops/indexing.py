@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from max.graph import TensorValue, ops
+from max.graph import StaticDim, TensorValue, ops
 
 from ..checks import in_range, unless_refused
+from ..context import known_arg_bounds
 from ..kit import node_arg, tensor_meta
 from ..registry import lowering
 from ..scalars import as_tensor
-from ..shapes import broadcast_shape, normalize_dim
+from ..shapes import broadcast_shape, normalize_dim, static_size
 
 aten = torch.ops.aten
 
@@ -25,7 +26,14 @@ def embedding(
     sparse: bool = False,
 ) -> TensorValue:
     """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
-    indices, _ = in_range(indices, weight.shape[0], 0, "IndexError", wraps=False)
+    indices, _ = in_range(
+        indices,
+        weight.shape[0],
+        0,
+        "IndexError",
+        wraps=False,
+        known=known_arg_bounds(1, "indices"),
+    )
     if indices.rank == 0:
         # MAX fails to compile a gather by a 0-d index: gather one row.
         row = ops.gather(weight, ops.reshape(indices, [1]), axis=0)
@@ -41,7 +49,14 @@ def index_select(self: TensorValue, dim: int, index: TensorValue) -> TensorValue
         _ = in_range(index, 1, 0, "IndexError", wraps=False)
         return self
     axis = normalize_dim(dim, self.rank)
-    index, _ = in_range(index, self.shape[axis], axis, "IndexError", wraps=False)
+    index, _ = in_range(
+        index,
+        self.shape[axis],
+        axis,
+        "IndexError",
+        wraps=False,
+        known=known_arg_bounds(2, "index"),
+    )
     return ops.gather(self, index, axis=axis)
 
 
@@ -72,7 +87,14 @@ class _AdvancedIndex:
         self.refused: TensorValue | None = None
         for d, t in zip(self.dims, tensors, strict=True):
             # Negative indices count from the end, as in torch.
-            t, refused = in_range(t, x.shape[d], d, "IndexError", wraps=True)
+            t, refused = in_range(
+                t,
+                x.shape[d],
+                d,
+                "IndexError",
+                wraps=True,
+                known=known_arg_bounds(1, "indices", d),
+            )
             if refused is not None:
                 self.refused = (
                     refused
@@ -104,9 +126,58 @@ class _AdvancedIndex:
         return ops.permute(moved, inverse)
 
 
+def _gathers_dim_by_dim(
+    x: TensorValue, indices: Sequence[TensorValue | None]
+) -> list[tuple[int, TensorValue]] | None:
+    """``x[indices]`` as (dim, index) gathers one dim at a time, when it is
+    one: a single index tensor, or an outer product of one index per dim (the
+    indexed dims adjacent, and the j-th of k index tensors varying only along
+    axis j of their k-dim broadcast shape, as in ``x[..., rows[:, None],
+    cols]`` of interpolation, crops and patches). MAX compiles and runs these
+    far faster than one gather_nd by the broadcast index vectors (which the
+    other forms take); None for those."""
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    tensors = [indices[d] for d in dims]
+    k = len(dims)
+    if k == 1 and tensors[0].rank > 0:
+        # One index tensor, of any rank: MAX's gather places its dims where
+        # the indexed dim was, as torch does.
+        return [(dims[0], tensors[0])]
+    if (
+        not dims
+        or dims != list(range(dims[0], dims[0] + k))
+        or max(t.rank for t in tensors) > k
+    ):
+        return None
+    batch = broadcast_shape(tensors)
+    pairs = []
+    for j, (d, t) in enumerate(zip(dims, tensors, strict=True)):
+        shape = [StaticDim(1)] * (k - t.rank) + list(t.shape)
+        if shape[j] != batch[j] or any(
+            static_size(size) != 1 for m, size in enumerate(shape) if m != j
+        ):
+            return None
+        pairs.append((d, ops.reshape(t, [shape[j]])))
+    return pairs
+
+
 @lowering(aten.index.Tensor, supports=_tensor_indices_only)
 def index(self: TensorValue, indices: Sequence[TensorValue | None]) -> TensorValue:
     """index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"""
+    gathers = _gathers_dim_by_dim(self, indices)
+    if gathers is not None:
+        result = self
+        for d, t in gathers:
+            t, _ = in_range(
+                t,
+                self.shape[d],
+                d,
+                "IndexError",
+                wraps=True,
+                known=known_arg_bounds(1, "indices", d),
+            )
+            result = ops.gather(result, t, axis=d)
+        return result
     plan = _AdvancedIndex(self, indices)
     gathered = ops.gather_nd(plan.moved, plan.vectors)
     if plan.lead == 0:

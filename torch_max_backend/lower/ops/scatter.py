@@ -15,7 +15,7 @@ from max.graph import TensorValue, ops
 
 from ...dtypes import to_torch_dtype
 from ..checks import in_range, unless_refused
-from ..context import current
+from ..context import current, known_arg_bounds
 from ..kit import empty_input, fake_tensor
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
@@ -74,7 +74,13 @@ def gather(
     axis = normalize_dim(dim, self.rank)
     error, message = _gather_refusal(self.shape[axis])
     index, _ = in_range(
-        index, self.shape[axis], axis, error, wraps=False, message=message
+        index,
+        self.shape[axis],
+        axis,
+        error,
+        wraps=False,
+        message=message,
+        known=known_arg_bounds(2, "index"),
     )
     coords = []
     for d in range(index.rank):
@@ -94,7 +100,8 @@ def _checked(
     check refused the call."""
     axis = normalize_dim(dim, self.rank) if self.rank else 0
     size = self.shape[axis] if self.rank else 1
-    return in_range(index, size, axis, "RuntimeError", wraps=False)
+    known = known_arg_bounds(2, "index")
+    return in_range(index, size, axis, "RuntimeError", wraps=False, known=known)
 
 
 def _scatter_with(
