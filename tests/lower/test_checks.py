@@ -167,3 +167,16 @@ def test_indices_known_at_planning_out_of_range_still_raise(max_calls):
     with pytest.raises(IndexError, match=r"out of bounds .*aten\.index\.Tensor"):
         compiled(x)
     assert max_calls.of("inference") == 1
+
+
+def _rows_twice(x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    return x[rows] + y[rows] * x[:, rows].sum()
+
+
+def test_one_index_tensor_indexing_several_times_is_checked_once_per_size():
+    # x[rows] and y[rows] index 4 rows: one check; x[:, rows] indexes 3 columns.
+    x, y, rows = torch.randn(4, 3), torch.randn(4, 3), torch.tensor([0, 2, -1])
+    built = build_graph(aten_graphs(_rows_twice, x, y, rows)[0])
+    assert len(built.plan.checks) == 2
+    assert "dimension 0 with size 4" in built.plan.checks[0].message
+    assert "dimension 1 with size 3" in built.plan.checks[1].message

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from max.graph import StaticDim, TensorValue, ops
+from max.graph import Dim, StaticDim, TensorValue, ops
 
 from ..checks import in_range, unless_refused
-from ..context import known_arg_bounds
+from ..context import current, known_arg_bounds
 from ..kit import node_arg, tensor_meta
 from ..registry import lowering
 from ..scalars import as_tensor
@@ -69,6 +69,21 @@ def _tensor_indices_only(node: torch.fx.Node) -> str | None:
     return None
 
 
+def _checked(
+    index: TensorValue, size: Dim, d: int
+) -> tuple[TensorValue, TensorValue | None]:
+    """Index tensor ``d`` of the node's list checked to address one of
+    ``size`` positions, negative ones counting from the end (``in_range``).
+    One FX value indexing several times (interpolation's four source rows
+    and columns, each read by four of bicubic's gathers) is checked once:
+    each check is a reduction kernel for MAX to compile."""
+    listed = node_arg(current().node, 1, "indices", ())
+    source = listed[d] if d < len(listed) else None
+    key = ("index", source, str(size)) if isinstance(source, torch.fx.Node) else None
+    known = known_arg_bounds(1, "indices", d)
+    return in_range(index, size, d, "IndexError", wraps=True, key=key, known=known)
+
+
 class _AdvancedIndex:
     """torch's advanced indexing by tensors, as MAX gather_nd/scatter_nd.
 
@@ -87,14 +102,7 @@ class _AdvancedIndex:
         self.refused: TensorValue | None = None
         for d, t in zip(self.dims, tensors, strict=True):
             # Negative indices count from the end, as in torch.
-            t, refused = in_range(
-                t,
-                x.shape[d],
-                d,
-                "IndexError",
-                wraps=True,
-                known=known_arg_bounds(1, "indices", d),
-            )
+            t, refused = _checked(t, x.shape[d], d)
             if refused is not None:
                 self.refused = (
                     refused
@@ -168,14 +176,7 @@ def index(self: TensorValue, indices: Sequence[TensorValue | None]) -> TensorVal
     if gathers is not None:
         result = self
         for d, t in gathers:
-            t, _ = in_range(
-                t,
-                self.shape[d],
-                d,
-                "IndexError",
-                wraps=True,
-                known=known_arg_bounds(1, "indices", d),
-            )
+            t, _ = _checked(t, self.shape[d], d)
             result = ops.gather(result, t, axis=d)
         return result
     plan = _AdvancedIndex(self, indices)
