@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future
 
 import pytest
 import torch
@@ -104,3 +106,44 @@ def test_a_training_graph_called_forward_only_leaves_nothing_pending():
     out.sum().backward()
     assert compile_stats().pending == 0
     torch.testing.assert_close(x.grad, (x * y).cos().detach() * y)
+
+
+def test_nothing_is_pending_once_a_first_call_has_its_graph(monkeypatch):
+    # A compile's done callbacks run on the pool's thread after the waiting
+    # caller has woken: on an empty cache they came late enough for the
+    # caller to see its own finished compile (and its backward's, compiled
+    # in one module with it) still pending. Here they come 2 s late.
+    _earlier_compiles_finished()
+
+    class LateCallbacks(Future):
+        def __init__(self, future: Future) -> None:
+            super().__init__()
+            self._future = future
+
+        def done(self) -> bool:
+            return self._future.done()
+
+        def add_done_callback(self, fn) -> None:
+            self._future.add_done_callback(
+                lambda _: threading.Timer(2.0, fn, (self,)).start()
+            )
+
+    real = torch_max_backend.deferred.when_all_done
+    monkeypatch.setattr(
+        torch_max_backend.backend,
+        "when_all_done",
+        lambda futures, callback: real([LateCallbacks(f) for f in futures], callback),
+    )
+
+    def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x * y).cos()
+
+    x = torch.randn(3, 4, requires_grad=True)
+    y = torch.randn(3, 4)
+    out = torch.compile(product, backend=max_backend)(x, y)
+    assert compile_stats().pending == 0
+    out.sum().backward()
+    assert compile_stats().pending == 0
+    torch.testing.assert_close(x.grad, -(x * y).sin().detach() * y)
+    time.sleep(2.5)  # the late callbacks change nothing more
+    assert compile_stats().pending == 0

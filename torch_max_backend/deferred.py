@@ -47,6 +47,10 @@ class FirstCallWaits:
             except BaseException as e:
                 self._error = e
                 raise
+            finally:
+                # This graph's compile is over, and with it every graph its
+                # module held: none of them is pending any more.
+                settle_finished()
             return self._compiled
 
     @no_type_check  # every call of a training graph passes here
@@ -73,6 +77,14 @@ def once(fn: Callable[[], None]) -> Callable[[], None]:
     return call
 
 
+# Callbacks of when_all_done whose futures are not all done yet. A future's
+# done callbacks run after the threads waiting on it have woken, so a first
+# call could return with its own finished compile still counted as pending
+# (on an empty cache, often); settle_finished() runs them at once instead.
+_unsettled: list[tuple[Sequence[Future], Callable[[], None]]] = []
+_unsettled_lock = threading.Lock()
+
+
 def when_all_done(futures: Sequence[Future], callback: Callable[[], None]) -> None:
     """Call ``callback`` once every one of ``futures`` is done (at once when
     there are none): a gathered graph's compile is over when its module's
@@ -81,6 +93,10 @@ def when_all_done(futures: Sequence[Future], callback: Callable[[], None]) -> No
     if not remaining:
         callback()
         return
+    callback = once(callback)
+    entry = (tuple(futures), callback)
+    with _unsettled_lock:
+        _unsettled.append(entry)
     lock = threading.Lock()
 
     def one_done(_: Future) -> None:
@@ -89,7 +105,22 @@ def when_all_done(futures: Sequence[Future], callback: Callable[[], None]) -> No
             remaining -= 1
             last = remaining == 0
         if last:
-            callback()
+            _settle(entry)
 
     for future in futures:
         future.add_done_callback(one_done)
+
+
+def settle_finished() -> None:
+    """Run now the callbacks of when_all_done whose futures are all done."""
+    with _unsettled_lock:
+        ready = [e for e in _unsettled if all(f.done() for f in e[0])]
+    for entry in ready:
+        _settle(entry)
+
+
+def _settle(entry: tuple[Sequence[Future], Callable[[], None]]) -> None:
+    with _unsettled_lock:
+        if entry in _unsettled:
+            _unsettled.remove(entry)
+    entry[1]()
