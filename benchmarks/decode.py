@@ -40,6 +40,14 @@ from benchmarks.child import ChildFailed, child_json
 from benchmarks.run import machine
 
 BACKENDS = ("eager", "inductor", "max")
+# max_backend's runs: (key, what the table calls it). PyTorch's OpenMP threads
+# spin after each of generate()'s eager ops, on the cores MAX's kernels need
+# next: passive, they sleep at once; with one torch thread there are none.
+MAX_RUNS = (
+    ("max", "max"),
+    ("max_passive", "passive max"),
+    ("max_one_thread", "1-thread max"),
+)
 ROOT = Path(__file__).resolve().parent.parent
 DOCS_BEGIN = "<!-- decode: begin (python -m benchmarks.decode --docs) -->"
 DOCS_END = "<!-- decode: end -->"
@@ -104,6 +112,8 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
 
     from torch_max_backend import FallbackWarning, compile_stats, reset_compile_stats
 
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
     model = build(name).eval()
     config = None
@@ -163,8 +173,10 @@ def _spawn(
     args: argparse.Namespace,
     env: dict[str, str],
     first_only: bool = False,
+    torch_threads: int = 0,
 ) -> dict[str, Any]:
     argv = ["-m", "benchmarks.decode", "--child", f"{name}:{backend}"]
+    argv += ["--torch-threads", str(torch_threads)]
     argv += ["--batches", ",".join(map(str, args.batches))]
     argv += ["--prompt", str(args.prompt), "--new-tokens", str(args.new_tokens)]
     argv += ["--runs", str(args.runs)] + (["--first-only"] if first_only else [])
@@ -190,32 +202,26 @@ def _rows(results: dict[str, Any], gbps: float) -> list[list[str]]:
         eager = by_backend["eager"]
         for batch in eager:
             base = eager[batch]["tokens_per_s"]
-            line = [name, batch]
-            for backend in (*BACKENDS, "max_passive"):
-                figures = by_backend.get(backend, {}).get(batch)
-                line.append(_speed(figures))
-            mx, ind = by_backend["max"].get(batch), by_backend["inductor"].get(batch)
-            passive = by_backend.get("max_passive", {}).get(batch)
-            best = max(
-                (f for f in (mx, passive) if f),
-                key=lambda f: f["tokens_per_s"],
-                default=None,
-            )
-            for figures in (mx, passive):
+            ind = by_backend["inductor"].get(batch)
+            runs = [by_backend.get(key, {}).get(batch) for key, _ in MAX_RUNS]
+            line = [name, batch, _speed(eager[batch]), _speed(ind)]
+            line += [_speed(figures) for figures in runs]
+            for figures in runs:
                 speed = figures["tokens_per_s"] if figures else None
                 line.append(f"{speed / base:.2f}x" if speed else "-")
                 line.append(
                     f"{speed / ind['tokens_per_s']:.2f}x" if speed and ind else "-"
                 )
+            best = max(
+                (f for f in runs if f), key=lambda f: f["tokens_per_s"], default=None
+            )
             if best:
                 bound = int(batch) * gbps * 1e9 / best["bytes_per_step"]
                 line.append(f"{bound:.0f} ({best['tokens_per_s'] / bound:.0%})")
             else:
                 line.append("-")
-            same = all(
-                f["tokens"] == eager[batch]["tokens"] for f in (mx, passive) if f
-            )
-            line.append("yes" if same and mx else "NO")
+            same = all(f["tokens"] == eager[batch]["tokens"] for f in runs if f)
+            line.append("yes" if same and runs[0] else "NO")
             rows.append(line)
     return rows
 
@@ -227,10 +233,8 @@ HEADERS = [
     "Inductor tok/s",
     "max tok/s",
     "max tok/s, OMP passive",
-    "max/eager",
-    "max/Inductor",
-    "passive max/eager",
-    "passive max/Inductor",
+    "max tok/s, 1 torch thread",
+    *(f"{label}/{other}" for _, label in MAX_RUNS for other in ("eager", "Inductor")),
     "bound tok/s (best max's share)",
     "same tokens",
 ]
@@ -292,7 +296,11 @@ def _markdown(
             "with `OMP_WAIT_POLICY=PASSIVE`, so that PyTorch's OpenMP threads sleep "
             "after each of generate()'s eager ops instead of spinning on the cores "
             "MAX's kernels need next; eager and Inductor keep PyTorch's default, "
-            "which suits them (the ratios compare with those). "
+            "which suits them (the ratios compare with those). *1 torch "
+            "thread*: max_backend in a process that called "
+            "`torch.set_num_threads(1)` first, so that generate()'s eager ops "
+            "(small: transformers runs the prefill eagerly, which the tokens/s "
+            "leave out) start no OpenMP threads at all. "
             "The bound is the memory read bandwidth over the bytes "
             "a decode step must read: the weights once and the KV cache attended. "
             f"Read bandwidth here: {read['gbps']:.1f} GB/s ({read['how']}). "
@@ -356,6 +364,8 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 # sleep at once (set before the process starts, as a user would).
                 passive = dict(env, OMP_WAIT_POLICY="PASSIVE")
                 runs["max_passive"] = _spawn(name, backend, args, passive)
+                # Or no OpenMP threads at all: generate()'s eager ops are small.
+                runs["max_one_thread"] = _spawn(name, backend, args, env, False, 1)
         print(f"{name} {backend}: {runs[backend].get('failed', 'done')}", flush=True)
     with tempfile.TemporaryDirectory(prefix="decode-") as tmp:
         env = _cache_env(
@@ -385,6 +395,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--docs", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--torch-threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         name, backend = args.child.split(":")

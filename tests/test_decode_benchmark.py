@@ -59,14 +59,16 @@ def test_table_gives_ratios_bound_share_and_token_agreement():
             "inductor": _figures(20.0, [[1, 2]]),
             "max": _figures(30.0, [[1, 2]]),
             "max_passive": _figures(40.0, [[1, 3]]),
+            "max_one_thread": _figures(50.0, [[1, 2]]),
         }
     }
     (row,) = decode._rows(results, gbps=80.0)
-    assert row[:10] == [
-        "gpt2", "1", "10.0", "20.0", "30.0", "40.0", "3.00x", "1.50x", "4.00x", "2.00x"
-    ]  # fmt: skip
-    assert row[10] == "80 (50%)"  # the faster max run's share of the bound
-    assert row[11] == "NO"  # the passive run's tokens differ from eager's
+    assert row[:7] == ["gpt2", "1", "10.0", "20.0", "30.0", "40.0", "50.0"]
+    # Against eager and Inductor: max, passive, one torch thread.
+    assert row[7:13] == ["3.00x", "1.50x", "4.00x", "2.00x", "5.00x", "2.50x"]
+    assert row[13] == "80 (62%)"  # the fastest max run's share of the bound
+    assert row[14] == "NO"  # the passive run's tokens differ from eager's
+    assert len(row) == len(decode.HEADERS)
 
 
 def test_table_marks_a_backend_whose_graph_ran_in_pytorch():
@@ -82,7 +84,7 @@ def test_table_marks_a_backend_whose_graph_ran_in_pytorch():
     results["gpt2"]["max"]["1"]["fallbacks"] = 2
     (row,) = decode._rows(results, gbps=80.0)
     assert row[4] == "30.0 (ran in PyTorch)"
-    assert row[5] == "failed"  # no passive run
+    assert row[5] == row[6] == "failed"  # no passive or one-thread run
 
 
 def test_docs_section_is_replaced(tmp_path, monkeypatch):

@@ -6,8 +6,6 @@ model from a user's NaN check."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 
@@ -46,24 +44,69 @@ def test_nans_go_through_max_min_clamp_and_rectifiers(max_calls):
     assert max_calls.count == 1
 
 
-def _check_gradient_of_nans(
-    fn: Callable[[torch.Tensor], torch.Tensor], max_calls
-) -> None:
-    """fn's gradient at an input holding a NaN and an inf, against eager,
-    from one MAX forward and one MAX backward."""
-    x = _with_nans()[0].requires_grad_()
+def _relu(x: torch.Tensor) -> torch.Tensor:
+    return F.relu(x).sum()
+
+
+def _elu_family(x: torch.Tensor) -> torch.Tensor:
+    # torch's elu_backward takes the positive slope where ``x <= 0`` is false,
+    # NaN included; the negative slope's exp(NaN) made that gradient inf.
+    return (F.elu(x) + F.selu(x) + F.celu(x, alpha=0.5)).sum()
+
+
+def _hardtanh_and_relu6(x: torch.Tensor) -> torch.Tensor:
+    # torch zeroes the gradient where x <= min or x >= max, so a NaN passes
+    # it; a test of min < x < max zeroed it.
+    return (F.hardtanh(x) + F.relu6(x) * 2).sum()
+
+
+def _smooth_l1_loss_and_softshrink(x: torch.Tensor) -> torch.Tensor:
+    # torch's decompositions of their backward test ``|x| < beta`` (and take
+    # sign(NaN) = 0), so a NaN input got a 0 gradient; eager's kernels test
+    # x <= -beta and x >= beta, which a NaN fails, and pass it on.
+    target = torch.linspace(-1.0, 1.0, 12).reshape(3, 4)
+    weights = torch.arange(12.0).reshape(3, 4)
+    return (
+        F.smooth_l1_loss(x, target, beta=0.5)
+        + F.smooth_l1_loss(x, target, beta=0.0, reduction="sum")
+        + (F.smooth_l1_loss(x, target, reduction="none") * weights).sum()
+        + F.softshrink(x, 0.5).sum()
+    )
+
+
+def _log_softmax_and_cross_entropy(x: torch.Tensor) -> torch.Tensor:
+    # Its backward took MAX's exp, exp(NaN) = inf: the rows' gradients (a
+    # cross-entropy's too) came out infinite where torch's are NaN.
+    return F.log_softmax(x, 0).sum() + F.cross_entropy(x, torch.tensor([1, 3, 0]))
+
+
+GRADIENTS_OF_NANS = [
+    _relu,
+    _elu_family,
+    _hardtanh_and_relu6,
+    _smooth_l1_loss_and_softshrink,
+    _log_softmax_and_cross_entropy,
+]
+
+
+def test_rectifiers_losses_and_log_softmax_pass_the_gradient_of_a_nan_input(
+    max_calls,
+):
+    # Each function's gradient at its own input holding a NaN and an inf,
+    # against eager; all of them from one MAX forward and one MAX backward,
+    # so that the suite compiles one training step for them, not five.
+    def fn(*xs: torch.Tensor) -> torch.Tensor:
+        return sum(f(x) for f, x in zip(GRADIENTS_OF_NANS, xs, strict=True))
+
+    xs = [_with_nans()[0].requires_grad_() for _ in GRADIENTS_OF_NANS]
     compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
-    (got,) = torch.autograd.grad(compiled(x), x)
-    (want,) = torch.autograd.grad(fn(x), x)
-    torch.testing.assert_close(got, want, equal_nan=True)
+    got = torch.autograd.grad(compiled(*xs), xs)
+    want = torch.autograd.grad(fn(*xs), xs)
+    for f, g, w in zip(GRADIENTS_OF_NANS, got, want, strict=True):
+        torch.testing.assert_close(
+            g, w, equal_nan=True, msg=lambda m, f=f: f"{f.__name__}: {m}"
+        )
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
-
-
-def test_relu_passes_the_gradient_of_a_nan_input(max_calls):
-    def fn(x):
-        return F.relu(x).sum()
-
-    _check_gradient_of_nans(fn, max_calls)
 
 
 def test_softmax_rows_holding_a_nan_or_infinity_are_nan_as_in_eager(max_calls):
@@ -133,51 +176,6 @@ def test_attention_with_a_nan_key_gives_nan_rows_as_in_eager(max_calls):
     # The step's backward, compiled with its forward, runs too.
     sum(o.nan_to_num().sum() for o in outputs).backward()
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
-
-
-def test_elu_family_passes_the_gradient_of_a_nan_input_as_in_eager(max_calls):
-    # torch's elu_backward takes the positive slope where ``x <= 0`` is false,
-    # NaN included; the negative slope's exp(NaN) made that gradient inf.
-    def fn(x):
-        return (F.elu(x) + F.selu(x) + F.celu(x, alpha=0.5)).sum()
-
-    _check_gradient_of_nans(fn, max_calls)
-
-
-def test_hardtanh_and_relu6_pass_the_gradient_of_a_nan_input_as_in_eager(max_calls):
-    # torch zeroes the gradient where x <= min or x >= max, so a NaN passes
-    # it; a test of min < x < max zeroed it.
-    def fn(x):
-        return (F.hardtanh(x) + F.relu6(x) * 2).sum()
-
-    _check_gradient_of_nans(fn, max_calls)
-
-
-def test_smooth_l1_loss_and_softshrink_pass_the_gradient_of_a_nan_input(max_calls):
-    # torch's decompositions of their backward test ``|x| < beta`` (and take
-    # sign(NaN) = 0), so a NaN input got a 0 gradient; eager's kernels test
-    # x <= -beta and x >= beta, which a NaN fails, and pass it on.
-    def fn(x):
-        target = torch.linspace(-1.0, 1.0, 12).reshape(3, 4)
-        weights = torch.arange(12.0).reshape(3, 4)
-        return (
-            F.smooth_l1_loss(x, target, beta=0.5)
-            + F.smooth_l1_loss(x, target, beta=0.0, reduction="sum")
-            + (F.smooth_l1_loss(x, target, reduction="none") * weights).sum()
-            + F.softshrink(x, 0.5).sum()
-        )
-
-    _check_gradient_of_nans(fn, max_calls)
-
-
-def test_log_softmax_rows_holding_a_nan_get_nan_gradients_as_in_eager(max_calls):
-    # Its backward took MAX's exp, exp(NaN) = inf: the rows' gradients (a
-    # cross-entropy's too) came out infinite where torch's are NaN.
-    def fn(x):
-        target = torch.tensor([1, 3, 0])
-        return F.log_softmax(x, 0).sum() + F.cross_entropy(x, target)
-
-    _check_gradient_of_nans(fn, max_calls)
 
 
 def test_sort_and_topk_order_nans_and_infinities_as_in_eager(max_calls):
