@@ -113,6 +113,8 @@ def test_nothing_is_pending_once_a_first_call_has_its_graph(monkeypatch):
     # caller has woken: on an empty cache they came late enough for the
     # caller to see its own finished compile (and its backward's, compiled
     # in one module with it) still pending. Here they come 2 s late.
+    # (A graph loaded from our saved artifacts compiles nothing: this test
+    # tells only on a cache that lacks its graph.)
     _earlier_compiles_finished()
 
     class LateCallbacks(Future):
@@ -128,6 +130,14 @@ def test_nothing_is_pending_once_a_first_call_has_its_graph(monkeypatch):
                 lambda _: threading.Timer(2.0, fn, (self,)).start()
             )
 
+    # And each graph of a module loads slowly (on an empty cache, seconds):
+    # the forward's caller woke while its backward was still loading.
+    write = torch_max_backend.runtime.session.write_artifact
+    monkeypatch.setattr(
+        torch_max_backend.runtime.session,
+        "write_artifact",
+        lambda *a: (time.sleep(1.0), write(*a))[1],
+    )
     real = torch_max_backend.deferred.when_all_done
     monkeypatch.setattr(
         torch_max_backend.backend,

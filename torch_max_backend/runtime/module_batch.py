@@ -176,7 +176,11 @@ def _settle(done: Future, group: list[_Request]) -> None:
         _each_alone(group)
         return
     module = CompiledModule(done.result())
-    for request in group:
+    # Last first: each result's callbacks (loading the member, settling its
+    # pending count) run inside set_result, after its waiters woke. The
+    # first graph handed over (a step's forward) is the one called first;
+    # when its caller wakes, the others' callbacks have all run.
+    for request in reversed(group):
         request.future.set_result(ModuleMember(module, request.name))
 
 
