@@ -365,7 +365,9 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 passive = dict(env, OMP_WAIT_POLICY="PASSIVE")
                 runs["max_passive"] = _spawn(name, backend, args, passive)
                 # Or no OpenMP threads at all: generate()'s eager ops are small.
-                runs["max_one_thread"] = _spawn(name, backend, args, env, False, 1)
+                runs["max_one_thread"] = _spawn(
+                    name, backend, args, env, torch_threads=1
+                )
         print(f"{name} {backend}: {runs[backend].get('failed', 'done')}", flush=True)
     with tempfile.TemporaryDirectory(prefix="decode-") as tmp:
         env = _cache_env(
