@@ -28,7 +28,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
+from max.graph import BufferValue, DeviceRef, Graph, TensorType, TensorValue, ops
 
 from ..errors import MaxCompilerError
 from ..storage.cache_dir import kernel_build_dir, max_version
@@ -156,16 +156,35 @@ def custom(
 ) -> list[TensorValue]:
     """Call ``kernel`` of ``library`` in the graph being built, loading the
     library into that graph first if no earlier op did."""
+    _import(library)
+    results = ops.custom(
+        kernel, device, list(values), list(out_types), parameters=parameters or None
+    )
+    return [r.tensor for r in results]
+
+
+def custom_in_place(
+    library: MojoLibrary,
+    kernel: str,
+    values: Sequence[TensorValue | BufferValue],
+    device: DeviceRef,
+    parameters: Mapping[str, Parameter] | None = None,
+) -> None:
+    """Call ``kernel`` of ``library``, which writes into its buffer operands
+    and returns nothing, in the graph being built (in the order of the
+    graph's other buffer operations)."""
+    _import(library)
+    ops.inplace_custom(kernel, device, list(values), parameters=parameters or None)
+
+
+def _import(library: MojoLibrary) -> None:
+    """Load ``library`` into the graph being built, unless an earlier op did."""
     graph = Graph.current
     path = library.path()
     if path not in graph.kernel_libraries_paths:
         # MAX records a graph's libraries in the graph itself (and so in its
         # text, our cache key) when they are imported.
         graph._import_kernels([path])
-    results = ops.custom(
-        kernel, device, list(values), list(out_types), parameters=parameters or None
-    )
-    return [r.tensor for r in results]
 
 
 # The kernels torch-max-backend's own lowerings use.

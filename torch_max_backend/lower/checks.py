@@ -69,8 +69,14 @@ def fail_when(
     checks = _CURRENT.get()
     if checks is not None and key is not None and key in checks.keyed:
         return checks.keyed[key]
-    flat = ops.cast(ops.reshape(bad, [-1]), DType.int32)
-    any_bad = ops.greater(reduce_max(flat, axis=0), as_tensor(0, DType.int32))
+    if all(static_size(d) == 1 for d in bad.shape):
+        # One element is its own answer: a reduction would be a kernel launch
+        # of its own (about 10 us each in a decode step), where this reshape
+        # fuses into whatever computed it.
+        any_bad = ops.reshape(bad, [1])
+    else:
+        flat = ops.cast(ops.reshape(bad, [-1]), DType.int32)
+        any_bad = ops.greater(reduce_max(flat, axis=0), as_tensor(0, DType.int32))
     if checks is not None:
         node = current().node
         checks.flags.append(any_bad)

@@ -95,6 +95,19 @@ def summed(a: TensorValue, b: TensorValue) -> TensorValue:
     return ops.cast(out, dtype) if dtype in _HALF else out
 
 
+def summed_along_rows(a: TensorValue, rows: TensorValue) -> TensorValue:
+    """``a @ rows^T`` (``rows`` [..., N, K]) as ``a[..., M, 1, K] *
+    rows[..., 1, N, K]`` summed over K: each of ``rows``' rows read where it
+    lies, with no transposed copy of ``rows`` made first (in float32 for
+    half-precision operands)."""
+    dtype = a.dtype
+    if dtype in _HALF:
+        a, rows = ops.cast(a, DType.float32), ops.cast(rows, DType.float32)
+    product = ops.mul(ops.unsqueeze(a, -2), ops.unsqueeze(rows, -3))
+    out = ops.squeeze(ops.sum(product, axis=-1), -1)
+    return ops.cast(out, dtype) if dtype in _HALF else out
+
+
 def _empty(a: TensorValue, b: TensorValue, shape: list[int]) -> TensorValue:
     """The empty result of ``a @ b``, taken from the operand holding the
     empty dim: from a constant, MAX would fold what follows at compile time."""
@@ -104,11 +117,15 @@ def _empty(a: TensorValue, b: TensorValue, shape: list[int]) -> TensorValue:
     return ops.broadcast_to(index_along(source, axis, slice(0, 1)), shape)
 
 
-def product(a: TensorValue, b: TensorValue) -> TensorValue:
+def product(
+    a: TensorValue, b: TensorValue, rows: TensorValue | None = None
+) -> TensorValue:
     """``a`` [..., M, K] times ``b`` [..., K, N], batch dims broadcast, as
     ops.matmul takes them; zeros where K is 0 (MAX's kernel then leaves its
     output unwritten and skips an epilogue fused into it, where eager sums
-    nothing); a sum when small, on the CPU, in a graph that allows it."""
+    nothing); a sum when small, on the CPU, in a graph that allows it.
+    ``rows``, when given, is ``b`` as stored, [..., N, K] (``b`` is its
+    transpose): a sum then reads it along its rows."""
     if static_size(a.shape[-1]) == 0:
         zero = ops.constant(0, a.dtype, device=a.device)
         return ops.broadcast_to(zero, [*a.shape[:-1], b.shape[-1]])
@@ -127,7 +144,7 @@ def product(a: TensorValue, b: TensorValue) -> TensorValue:
         and size <= SUMMED_PRODUCT_LIMIT
     ):
         forms.summed += 1
-        return summed(a, b)
+        return summed(a, b) if rows is None else summed_along_rows(a, rows)
     if forms is not None:
         forms.matmuls += 1
     return matmul(a, b)

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from max.dtype import DType
-from max.graph import BufferValue, TensorType, TensorValue, ops
+from max.graph import BufferValue, DeviceRef, TensorValue, ops
 
+from ...kernels.library import SHIPPED, custom_in_place
 from ..checks import in_range
 from ..kit import is_static, same_sizes, tensor_meta
 from .planning import InputPlan, writes_input
@@ -104,7 +106,7 @@ def find_slot_writes(
     """The one-position writes of ``gm`` that can update a buffer in place,
     keyed by the index_put (or index_copy) node."""
     if inputs.device.type != "cpu":
-        # The slot's start is read on the host; only CPU graphs are checked.
+        # The slot kernel (kernels/mojo/slot_write.mojo) runs on the CPU.
         return {}
     targets = set(inputs.buffered)
     found = {}
@@ -120,9 +122,8 @@ class SlotBounds:
     """Where a position's slot lies along a cache dim: computed once per
     position and cache length, for every layer's cache written there."""
 
-    start: TensorValue  # int64 scalar, in range (0 when refused)
-    stop: TensorValue
-    accepted: TensorValue | None  # bool scalar; None when nothing is checked
+    start: TensorValue  # int64, shape [1], in range (0 when refused)
+    keep: TensorValue  # bool, shape [1]: false when the call is refused
 
 
 # Per graph: (position node, cache length) -> its slot's bounds.
@@ -141,10 +142,11 @@ def _slot_bounds(
         start, refused = in_range(
             start, size, write.dim, "IndexError", wraps=True, key=key
         )
-        accepted = None
-        if refused is not None:
-            accepted = ops.reshape(ops.logical_not(refused), [])
-        shared[key] = SlotBounds(start, start + 1, accepted)
+        if refused is None:
+            keep = ops.constant(np.array([True]), DType.bool, DeviceRef.CPU())
+        else:
+            keep = ops.reshape(ops.logical_not(refused), [1])
+        shared[key] = SlotBounds(ops.reshape(start, [1]), keep)
     return shared[key]
 
 
@@ -160,28 +162,17 @@ def store_slot(
     written at the same position, whose bounds are computed (and checked)
     once."""
     bounds = _slot_bounds(write, int(buffer.shape[write.dim]), position, shared)
-    indices: list[object] = [slice(None)] * len(buffer.shape)
-    indices[write.dim] = (slice(bounds.start, bounds.stop), 1)
-
-    if bounds.accepted is None:
-        ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
-        # Read after the store: MAX orders buffer operations in graph order.
-        return ops.buffer_load(buffer)
-
-    # Eager raises before it writes: a refused call leaves the cache as it
-    # was (storing at a clamped slot would change that slot). Each branch
-    # reads the buffer itself and the condition returns what it read: MAX
-    # 26.7 refused ("operand #0 does not dominate this use"), or crashed
-    # compiling, graphs that read the buffer after the condition and then
-    # store another buffer, as a transformers decode step stores its length
-    # counter (a one-layer model; any model once its batch is symbolic).
-    def store() -> TensorValue:
-        ops.buffer_store_slice(buffer, source, indices)  # type: ignore[arg-type]
-        return ops.buffer_load(buffer)
-
-    def keep() -> TensorValue:
-        return ops.buffer_load(buffer)
-
-    contents = TensorType(buffer.dtype, buffer.shape, buffer.device)
-    (stored,) = ops.cond(bounds.accepted, [contents], store, keep)
-    return stored.tensor
+    # Our kernel reads the position itself and writes nothing for a refused
+    # call, as eager raises before it writes. MAX's slice store
+    # (ops.buffer_store_slice) read its index vectors on the host, about
+    # 65 us a store, and needed a condition around it to leave the cache as
+    # it was (kernels/mojo/slot_write.mojo).
+    custom_in_place(
+        SHIPPED,
+        "torch_max_backend_write_slot",
+        [buffer, source, bounds.start, bounds.keep],
+        buffer.device,
+        parameters={"dim": write.dim},
+    )
+    # Read after the store: MAX orders buffer operations in graph order.
+    return ops.buffer_load(buffer)

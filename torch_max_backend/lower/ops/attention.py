@@ -79,12 +79,15 @@ def _ungrouped(x: TensorValue, like: TensorValue) -> TensorValue:
     return ops.reshape(x, [*like.shape[:3], x.shape[3]])
 
 
-def _grouped_matmul(a: TensorValue, b: TensorValue, like: TensorValue) -> TensorValue:
+def _grouped_matmul(
+    a: TensorValue, b: TensorValue, like: TensorValue, rows: TensorValue | None = None
+) -> TensorValue:
     """Per query head ``a @ b`` where ``b`` has one entry per key/value head;
-    the result shaped as ``like``'s heads."""
+    the result shaped as ``like``'s heads. ``rows``: ``b`` untransposed, as
+    ``product`` takes it."""
     kv_heads = static_size(b.shape[1])
     assert kv_heads is not None
-    return _ungrouped(product(_grouped(a, kv_heads), b), like)
+    return _ungrouped(product(_grouped(a, kv_heads), b, rows), like)
 
 
 def _scores(
@@ -102,7 +105,9 @@ def _scores(
     qf = ops.cast(q, DType.float32)
     kf = ops.cast(k, DType.float32)
     s = ops.mul(
-        _grouped_matmul(qf, ops.transpose(kf, -1, -2), q),
+        # Keys are rows: a summed product reads them untransposed (a decode
+        # step's transposed copy of each layer's cache was a kernel of its own).
+        _grouped_matmul(qf, ops.transpose(kf, -1, -2), q, rows=kf),
         as_tensor(factor, DType.float32),
     )
     hidden = as_tensor(masked, DType.float32)
