@@ -118,6 +118,9 @@ def test_a_decode_step_updates_the_cache_in_place(max_calls, caplog):
     # Nothing stores a whole cache, and nothing scatters into a copy of one.
     assert "mo.mutable.store" not in graph
     assert "scatter" not in graph
+    # Attention's scores read the key cache along its rows: no transposed
+    # copy of it (each layer's had been a kernel of its own every token).
+    assert "transpose" not in graph
     # Attention's products (matmuls, or rank-5 products to be summed, as
     # small ones are: lower/products.py) read the cache's 2 key/value heads,
     # never 4 copies.

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
 from max.dtype import DType
-from max.graph import TensorValue, ops
+from max.graph import Dim, TensorValue, ops
 
 from .float32_products import matmul
 from .shapes import index_along, static_size
@@ -69,14 +69,14 @@ def recording_products(forms: ProductForms) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def _static_sizes(a: TensorValue, b: TensorValue) -> tuple[list[int], int] | None:
+def _static_sizes(a: TensorValue, b_shape: list[Dim]) -> tuple[list[int], int] | None:
     """The static shape of ``a @ b`` (batch dims broadcast) and its K, or
     None when a size is symbolic."""
-    if any(static_size(d) is None for d in [*a.shape, *b.shape]):
+    if any(static_size(d) is None for d in [*a.shape, *b_shape]):
         return None
-    m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
+    m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b_shape[-1])
     batch_a = [int(d) for d in a.shape[:-2]]
-    batch_b = [int(d) for d in b.shape[:-2]]
+    batch_b = [int(d) for d in b_shape[:-2]]
     width = max(len(batch_a), len(batch_b))
     batch_a = [1] * (width - len(batch_a)) + batch_a
     batch_b = [1] * (width - len(batch_b)) + batch_b
@@ -117,23 +117,37 @@ def _empty(a: TensorValue, b: TensorValue, shape: list[int]) -> TensorValue:
     return ops.broadcast_to(index_along(source, axis, slice(0, 1)), shape)
 
 
-def product(
-    a: TensorValue, b: TensorValue, rows: TensorValue | None = None
-) -> TensorValue:
+def product(a: TensorValue, b: TensorValue) -> TensorValue:
     """``a`` [..., M, K] times ``b`` [..., K, N], batch dims broadcast, as
     ops.matmul takes them; zeros where K is 0 (MAX's kernel then leaves its
     output unwritten and skips an epilogue fused into it, where eager sums
-    nothing); a sum when small, on the CPU, in a graph that allows it.
-    ``rows``, when given, is ``b`` as stored, [..., N, K] (``b`` is its
-    transpose): a sum then reads it along its rows."""
+    nothing); a sum when small, on the CPU, in a graph that allows it."""
+    return _product(a, list(b.shape), lambda: b, None)
+
+
+def product_by_rows(a: TensorValue, rows: TensorValue) -> TensorValue:
+    """``a`` [..., M, K] times ``rows`` [..., N, K] transposed, as
+    ``product``: a sum reads each of ``rows``' rows where it lies, and only a
+    matmul is given the transpose (attention's scores: a decode step's copy
+    of each layer's transposed key cache was a kernel of its own)."""
+    shape = [*rows.shape[:-2], rows.shape[-1], rows.shape[-2]]
+    return _product(a, shape, lambda: ops.transpose(rows, -1, -2), rows)
+
+
+def _product(
+    a: TensorValue,
+    b_shape: list[Dim],
+    make_b: Callable[[], TensorValue],
+    rows: TensorValue | None,
+) -> TensorValue:
     if static_size(a.shape[-1]) == 0:
         zero = ops.constant(0, a.dtype, device=a.device)
-        return ops.broadcast_to(zero, [*a.shape[:-1], b.shape[-1]])
-    sizes = _static_sizes(a, b)
+        return ops.broadcast_to(zero, [*a.shape[:-1], b_shape[-1]])
+    sizes = _static_sizes(a, b_shape)
     if sizes is not None and 0 in sizes[0]:
         # Nothing to compute; MAX failed to compile a summed product with an
         # empty dim ("statically known dimensions must match").
-        return _empty(a, b, sizes[0])
+        return _empty(a, make_b(), sizes[0])
     forms = _CURRENT.get()
     size = None if sizes is None else math.prod(sizes[0]) * sizes[1]
     if (
@@ -144,7 +158,7 @@ def product(
         and size <= SUMMED_PRODUCT_LIMIT
     ):
         forms.summed += 1
-        return summed(a, b) if rows is None else summed_along_rows(a, rows)
+        return summed(a, make_b()) if rows is None else summed_along_rows(a, rows)
     if forms is not None:
         forms.matmuls += 1
-    return matmul(a, b)
+    return matmul(a, make_b())

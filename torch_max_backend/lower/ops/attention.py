@@ -27,7 +27,7 @@ from max.graph.ops.reduction import max as reduce_max
 from ..builder.repeated_kv import unrepeated
 from ..context import unread_output
 from ..kit import fake_tensor, outputs_read, schema_args
-from ..products import product
+from ..products import product, product_by_rows
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor
 from ..shapes import positions, static_size
@@ -80,14 +80,16 @@ def _ungrouped(x: TensorValue, like: TensorValue) -> TensorValue:
 
 
 def _grouped_matmul(
-    a: TensorValue, b: TensorValue, like: TensorValue, rows: TensorValue | None = None
+    a: TensorValue,
+    b: TensorValue,
+    like: TensorValue,
+    times: Callable[[TensorValue, TensorValue], TensorValue] = product,
 ) -> TensorValue:
-    """Per query head ``a @ b`` where ``b`` has one entry per key/value head;
-    the result shaped as ``like``'s heads. ``rows``: ``b`` untransposed, as
-    ``product`` takes it."""
+    """Per query head ``times(a, b)`` where ``b`` has one entry per key/value
+    head; the result shaped as ``like``'s heads."""
     kv_heads = static_size(b.shape[1])
     assert kv_heads is not None
-    return _ungrouped(product(_grouped(a, kv_heads), b, rows), like)
+    return _ungrouped(times(_grouped(a, kv_heads), b), like)
 
 
 def _scores(
@@ -105,9 +107,7 @@ def _scores(
     qf = ops.cast(q, DType.float32)
     kf = ops.cast(k, DType.float32)
     s = ops.mul(
-        # Keys are rows: a summed product reads them untransposed (a decode
-        # step's transposed copy of each layer's cache was a kernel of its own).
-        _grouped_matmul(qf, ops.transpose(kf, -1, -2), q, rows=kf),
+        _grouped_matmul(qf, kf, q, product_by_rows),
         as_tensor(factor, DType.float32),
     )
     hidden = as_tensor(masked, DType.float32)
