@@ -87,24 +87,24 @@ def _static_sizes(a: TensorValue, b_shape: list[Dim]) -> tuple[list[int], int] |
 def summed(a: TensorValue, b: TensorValue) -> TensorValue:
     """``a @ b`` as ``a[..., M, K, 1] * b[..., 1, K, N]`` summed over K (in
     float32 for half-precision operands, as MAX's matmul accumulates)."""
-    dtype = a.dtype
-    if dtype in _HALF:
-        a, b = ops.cast(a, DType.float32), ops.cast(b, DType.float32)
-    product = ops.mul(ops.unsqueeze(a, -1), ops.unsqueeze(b, -3))
-    out = ops.squeeze(ops.sum(product, axis=-2), -2)
-    return ops.cast(out, dtype) if dtype in _HALF else out
+    return _summed(a, b, -1, -2)
 
 
 def summed_along_rows(a: TensorValue, rows: TensorValue) -> TensorValue:
     """``a @ rows^T`` (``rows`` [..., N, K]) as ``a[..., M, 1, K] *
     rows[..., 1, N, K]`` summed over K: each of ``rows``' rows read where it
-    lies, with no transposed copy of ``rows`` made first (in float32 for
-    half-precision operands)."""
+    lies, with no transposed copy of ``rows`` made first."""
+    return _summed(a, rows, -2, -1)
+
+
+def _summed(a: TensorValue, b: TensorValue, a_axis: int, k_axis: int) -> TensorValue:
+    """``a`` unsqueezed at ``a_axis`` times ``b`` unsqueezed at -3, summed
+    over ``k_axis``, in float32 for half-precision operands."""
     dtype = a.dtype
     if dtype in _HALF:
-        a, rows = ops.cast(a, DType.float32), ops.cast(rows, DType.float32)
-    product = ops.mul(ops.unsqueeze(a, -2), ops.unsqueeze(rows, -3))
-    out = ops.squeeze(ops.sum(product, axis=-1), -1)
+        a, b = ops.cast(a, DType.float32), ops.cast(b, DType.float32)
+    product = ops.mul(ops.unsqueeze(a, a_axis), ops.unsqueeze(b, -3))
+    out = ops.squeeze(ops.sum(product, axis=k_axis), k_axis)
     return ops.cast(out, dtype) if dtype in _HALF else out
 
 
