@@ -164,9 +164,9 @@ def store_slot(
     bounds = _slot_bounds(write, int(buffer.shape[write.dim]), position, shared)
     # Our kernel reads the position itself and writes nothing for a refused
     # call, as eager raises before it writes. MAX's slice store
-    # (ops.buffer_store_slice) read its index vectors on the host, about
-    # 65 us a store, and needed a condition around it to leave the cache as
-    # it was (kernels/mojo/slot_write.mojo).
+    # (ops.buffer_store_slice) took index vectors stacked from scalars and
+    # read on the host, and needed a condition around it to leave the cache
+    # as it was (what was measured: kernels/mojo/slot_write.mojo).
     custom_in_place(
         SHIPPED,
         "torch_max_backend_write_slot",
