@@ -83,3 +83,13 @@ def test_summed_products_from_mode_options_and_env(monkeypatch):
     assert not Settings.resolve({"summed_products": True}).summed_products
     with pytest.raises(TypeError, match="'summed_products' must be a bool"):
         Settings.resolve({"summed_products": "no"})
+
+
+def test_huge_pages_from_options_and_env(monkeypatch):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_HUGE_PAGES", raising=False)
+    assert Settings.resolve().huge_pages is True
+    assert Settings.resolve({"huge_pages": False}).huge_pages is False
+    monkeypatch.setenv("TORCH_MAX_BACKEND_HUGE_PAGES", "0")
+    assert Settings.resolve({"huge_pages": True}).huge_pages is False
+    with pytest.raises(TypeError, match="'huge_pages' must be a bool"):
+        Settings.resolve({"huge_pages": 1})

@@ -39,6 +39,7 @@ from .lower.builder import (
 from .lower.families import register_families
 from .lower.registry import decomposition_table
 from .plan import GraphPlan
+from .runtime import huge_pages
 from .runtime.compile_workers import worker_count
 from .runtime.compiled_graph import CompiledGraph
 from .runtime.module_batch import alone, gathered, gathering
@@ -302,6 +303,7 @@ def _compiled_graph(
         show_on_stderr("compile", logging.INFO)
         show_on_stderr("profile", logging.INFO)
     _compile_log.info("torch-max-backend: compiled %s in %.2fs", name, seconds)
+    huge_pages.set_enabled(settings.huge_pages)
     with unset_fake_temporarily():
         if settings.profile:
             compiled: CompiledGraph = ProfiledCompiledGraph(

@@ -106,6 +106,12 @@ class Settings:
             product runs within tens of microseconds of it
             (lower/products.py). False, or mode "max-autotune": MAX's
             matmul for every product.
+        huge_pages: on Linux 6.1 or later, ask the kernel to move each CPU
+            weight of 2 MiB or more that a MAX graph reads onto 2 MiB pages
+            (``MADV_COLLAPSE``, in place, in the background): a decode step
+            streams every weight, and 4 KiB pages cost it a fifth or more
+            (runtime/huge_pages.py). Process-wide: the latest compile's
+            value applies.
     """
 
     verbose: bool = False
@@ -117,6 +123,7 @@ class Settings:
     background_compile: bool = False
     compile_workers: int | None = None
     summed_products: bool = True
+    huge_pages: bool = True
 
     # Environment variables for each field; the older PYTORCH_ spelling is kept.
     _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -129,6 +136,7 @@ class Settings:
         "background_compile": ("TORCH_MAX_BACKEND_BACKGROUND_COMPILE",),
         "compile_workers": ("TORCH_MAX_BACKEND_COMPILE_WORKERS",),
         "summed_products": ("TORCH_MAX_BACKEND_SUMMED_PRODUCTS",),
+        "huge_pages": ("TORCH_MAX_BACKEND_HUGE_PAGES",),
     }
 
     @classmethod

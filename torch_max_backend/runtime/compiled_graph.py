@@ -25,6 +25,7 @@ from ..plan import (
     RuntimeCheck,
     compile_size_expr,
 )
+from . import huge_pages
 
 _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
@@ -180,6 +181,8 @@ class CompiledGraph:
             else:
                 persistent = tensor.__class__ is torch.nn.Parameter
             buffer = as_buffer(tensor)
+            if persistent and self._on_cpu:
+                huge_pages.request(tensor)
             if tensor.is_contiguous():
                 seen[slot] = (
                     weakref.ref(tensor),
@@ -264,6 +267,7 @@ def _input_item(
     if kind is InputKind.FX_INPUT:
         return index
     if kind is InputKind.CONSTANT:
+        huge_pages.request(constants[index])
         return as_buffer(constants[index])
     return SEED
 
