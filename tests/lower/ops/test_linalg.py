@@ -38,7 +38,7 @@ def _product_node(fn, *inputs: torch.Tensor) -> torch.fx.Node:
 
 # (id, expected strategy, function, inputs): a decode step's Linear (one row
 # against a weight stored [N, K]) takes row sums; up to 8 float32 rows against
-# a large weight (2^18 elements or more, in either layout) the skinny kernel;
+# a weight of 2^15 elements or more, in either layout, the skinny kernel;
 # the rest, MAX's matmul.
 STRATEGY_CASES = [
     ("linear-one-row", "row_sums", F.linear, (torch.zeros(1, 64), torch.zeros(96, 64))),
@@ -51,6 +51,10 @@ STRATEGY_CASES = [
     ("conv1d-one-row", "skinny", torch.addmm,
      (torch.zeros(768), torch.zeros(1, 512), torch.zeros(512, 768))),
     ("linear-eight-rows", "skinny", F.linear, (torch.zeros(8, 512), torch.zeros(768, 512))),
+    ("linear-eight-rows-kv-projection", "skinny", F.linear,
+     (torch.zeros(8, 512), torch.zeros(256, 512))),
+    ("linear-eight-rows-cached-weight", "matmul", F.linear,
+     (torch.zeros(8, 128), torch.zeros(128, 128))),
     ("linear-nine-rows", "matmul", F.linear, (torch.zeros(9, 512), torch.zeros(768, 512))),
     ("no-rows", "matmul", torch.mm, (torch.zeros(0, 512), torch.zeros(512, 768))),
     ("small-weight-kn", "matmul", torch.mm, (torch.zeros(2, 64), torch.zeros(64, 96))),
@@ -94,7 +98,7 @@ def test_row_sums_match_eager(max_calls):
 def test_skinny_kernel_matches_eager(max_calls):
     torch.manual_seed(0)
     # Sizes with no multiple of the vector width, so every tail path runs:
-    # weights of 2^18 elements or more, stored [K, N] (Conv1D) and [N, K].
+    # weights of 2^15 elements or more, stored [K, N] (Conv1D) and [N, K].
     w_kn, w_nk = torch.randn(520, 509), torch.randn(509, 520)
     x, b = torch.randn(8, 520), torch.randn(509)
 

@@ -73,12 +73,17 @@ def one_row_times_stored_rows(node: torch.fx.Node) -> str | None:
 # At most this many rows go to the skinny kernel: it streams the weight once
 # for all rows, which holds while the rows' multiply-adds keep up with memory.
 SKINNY_MAX_ROWS = 8
-# Smaller weights stay in the CPU's cache, where MAX's matmul is quick.
-SKINNY_MIN_WEIGHT = 1 << 18
+# Smaller weights stay in the CPU's cache: a product there is over within
+# the kernel's fixed cost (about 15 us) in either other form. Above it, the
+# kernel beats a summed product, whose transposed read of a Linear's weight
+# is slow: 8 rows times a [256, 512] weight (a llama-style model's k_proj
+# at batch 8) 26 us against 257 us, [128, 128] 21 us against 45 us (AMD EPYC
+# Zen 4, 2026-11-28).
+SKINNY_MIN_WEIGHT = 1 << 15
 
 
 def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
-    """At most 8 float32 rows times a weight of 2^18 elements or more, either layout, on the CPU, static sizes (decode steps; a Mojo kernel streams the weight once)."""
+    """At most 8 float32 rows times a weight of 2^15 elements or more, either layout, on the CPU, static sizes (decode steps; a Mojo kernel streams the weight once)."""
     rows, weight_node = _operands(node)
     weight = fake_tensor(weight_node)
     if rows.dtype != torch.float32 or weight.dtype != torch.float32:
