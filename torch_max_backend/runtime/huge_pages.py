@@ -12,7 +12,9 @@ onto huge pages, contents and addresses unchanged, so a model built before
 weights.
 
 Best effort: a kernel without ``MADV_COLLAPSE``, a range it refuses, or a
-machine out of free huge pages leaves the memory as it was. Each range is
+machine out of free huge pages leaves the memory as it was. The pages at a
+weight's ends are whole huge pages around it, so their other bytes (mostly
+other weights) move too; GPT-2 small's resident memory stayed 858 MiB. Each range is
 asked for once (a bounded table); the work runs on one daemon thread, so a
 first call never waits for it. ``Settings.huge_pages`` switches it off.
 """
