@@ -146,3 +146,31 @@ def test_products_over_an_empty_inner_dimension_match_eager(max_calls):
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g, e)
     assert max_calls.of("inference") == 1
+
+
+def test_a_symbolic_batch_first_seen_at_eight_rows_or_fewer_takes_the_skinny_kernel(
+    max_calls, graph_texts
+):
+    # A decode step generated at a second batch size reaches the backend with
+    # a symbolic batch (Dynamo's automatic dynamic shapes). Its rows are
+    # counted at run time: blocks of 8, then the rest, so more than 8 rows
+    # (a later, larger batch) are right too.
+    torch.manual_seed(0)
+    w_kn, w_nk, b = torch.randn(260, 130), torch.randn(130, 260), torch.randn(130)
+
+    def products(x, w_kn, w_nk, b):
+        return torch.mm(x, w_kn), F.linear(x, w_nk, b)
+
+    compiled = torch.compile(products, backend=max_backend, options={"strict": True})
+    for rows in (2, 5, 19, 8, 1):
+        x = torch.randn(rows, 260)
+        got, want = compiled(x, w_kn, w_nk, b), products(x, w_kn, w_nk, b)
+        for g, e in zip(got, want, strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    # Built: 2 rows (static), 5 (symbolic, also run at 19 and 8), 1 (static).
+    static_two, symbolic, _ = graph_texts()
+    assert "rows = 2 : index" in static_two
+    assert "rows = 0 : index" in symbolic, "the symbolic graph did not count rows"
+    assert symbolic.count("torch_max_backend_skinny_matmul") == 2
+    assert "mo.matmul" not in symbolic
+    assert max_calls.of("inference") == 5

@@ -17,6 +17,7 @@ from ..opmath import accumulated
 from ..products import product
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
+from ..shapes import static_size
 from .reduction import torch_max
 
 aten = torch.ops.aten
@@ -83,20 +84,30 @@ SKINNY_MIN_WEIGHT = 1 << 15
 
 
 def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
-    """At most 8 float32 rows times a weight of 2^15 elements or more, either layout, on the CPU, static sizes (decode steps; a Mojo kernel streams the weight once)."""
+    """At most 8 float32 rows (or a symbolic number first seen at 8 or fewer) times a weight of 2^15 elements or more, either layout, static, on the CPU (decode steps; a Mojo kernel streams the weight once)."""
     rows, weight_node = _operands(node)
     weight = fake_tensor(weight_node)
     if rows.dtype != torch.float32 or weight.dtype != torch.float32:
         return "not float32"
     if rows.device.type != "cpu":
         return "not on the CPU"
-    if not is_static(rows.shape) or not is_static(weight.shape):
+    if not is_static(rows.shape[1:]) or not is_static(weight.shape):
         return "symbolic sizes"
-    if not 0 < rows.shape[0] <= SKINNY_MAX_ROWS:
+    if not 0 < _rows_seen(rows.shape[0]) <= SKINNY_MAX_ROWS:
         return f"no rows, or more than {SKINNY_MAX_ROWS}"
     if weight.numel() < SKINNY_MIN_WEIGHT:
         return "a weight small enough for the cache"
     return None
+
+
+def _rows_seen(count: int | torch.SymInt) -> int:
+    """A number of rows, or for a symbolic one the value it had when the
+    graph was captured (a decode step's batch at its second batch size; a
+    whole prompt's tokens in a prefill), -1 when unknown."""
+    if isinstance(count, int):
+        return count
+    hint = count.node.hint
+    return hint if isinstance(hint, int) else -1
 
 
 def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
@@ -115,7 +126,9 @@ def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
         [rows, stored],
         [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
         rows.device,
-        parameters={"rows": int(rows.shape[0]), "weight_nk": stored_nk},
+        # 0: the kernel counts the rows at run time, 8 at a time, so a later
+        # call with more rows than the capture saw is still right.
+        parameters={"rows": static_size(rows.shape[0]) or 0, "weight_nk": stored_nk},
     )
     return product
 
