@@ -73,6 +73,10 @@ def one_row_times_stored_rows(node: torch.fx.Node) -> str | None:
 
 # At most this many rows go to the skinny kernel: it streams the weight once
 # for all rows, which holds while the rows' multiply-adds keep up with memory.
+# A symbolic number of rows goes there when the graph was captured at this
+# many or fewer (a decode step at a second batch size); a later call with
+# more rows streams the weight once per 8, slower than MAX's matmul for
+# hundreds of rows, which a graph captured at more rows keeps.
 SKINNY_MAX_ROWS = 8
 # Smaller weights stay in the CPU's cache: a product there is over within
 # the kernel's fixed cost (about 15 us) in either other form. Above it, the
