@@ -217,3 +217,41 @@ def test_a_cache_written_at_its_own_length_then_counted_compiles_on_max(max_call
     assert max_calls.of("inference") == 3
     torch.testing.assert_close(compiled_module.keys, eager.keys, rtol=0, atol=0)
     assert int(compiled_module.length) == 3
+
+
+class OddCaches(torch.nn.Module):
+    """A slot whose run along the last dim is a vector and a tail (19
+    values), and a slot along the last dim itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("wide", torch.zeros(2, 3, CAPACITY, 19))
+        self.register_buffer("flat", torch.zeros(2, 3, CAPACITY))
+
+    def forward(self, k, f, position):
+        self.wide.index_copy_(2, position, k)
+        self.flat.index_copy_(2, position, f)
+        return self.wide.sum(2) + self.flat.sum(2, keepdim=True)
+
+
+def test_slots_with_a_ragged_run_or_along_the_last_dim_match_eager(max_calls):
+    eager, compiled_module = OddCaches(), OddCaches()
+    compiled = torch.compile(
+        compiled_module, backend=max_backend, fullgraph=True, options={"strict": True}
+    )
+    with torch.no_grad():
+        for t in (0, 5, CAPACITY - 1):
+            k, f = torch.randn(2, 3, 1, 19), torch.randn(2, 3, 1)
+            position = torch.tensor([t])
+            torch.testing.assert_close(compiled(k, f, position), eager(k, f, position))
+    assert max_calls.of("inference") == 3
+    torch.testing.assert_close(compiled_module.wide, eager.wide, rtol=0, atol=0)
+    torch.testing.assert_close(compiled_module.flat, eager.flat, rtol=0, atol=0)
+    gm = aten_graphs(
+        OddCaches(),
+        torch.randn(2, 3, 1, 19),
+        torch.randn(2, 3, 1),
+        torch.tensor([0]),
+        keep_inference_input_mutations=True,
+    )[0]
+    assert len(find_slot_writes(gm, InputPlan(gm))) == 2  # both in place
