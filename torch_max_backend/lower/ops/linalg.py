@@ -12,7 +12,14 @@ from max.graph import TensorType, TensorValue, ops
 
 from ...kernels.library import SHIPPED, custom
 from ..context import current
-from ..kit import arg_tensor, fake_tensor, is_static, node_arg, same_sizes
+from ..kit import (
+    arg_tensor,
+    fake_tensor,
+    is_static,
+    node_arg,
+    same_sizes,
+    size_hint,
+)
 from ..opmath import accumulated
 from ..products import product
 from ..registry import Strategy, lowering, lowering_strategies
@@ -97,21 +104,13 @@ def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
         return "not on the CPU"
     if not is_static(rows.shape[1:]) or not is_static(weight.shape):
         return "symbolic sizes"
-    if not 0 < _rows_seen(rows.shape[0]) <= SKINNY_MAX_ROWS:
+    # A symbolic count by the value it was captured with.
+    count = size_hint(rows.shape[0])
+    if count is None or not 0 < count <= SKINNY_MAX_ROWS:
         return f"no rows, or more than {SKINNY_MAX_ROWS}"
     if weight.numel() < SKINNY_MIN_WEIGHT:
         return "a weight small enough for the cache"
     return None
-
-
-def _rows_seen(count: int | torch.SymInt) -> int:
-    """A number of rows, or for a symbolic one the value it had when the
-    graph was captured (a decode step's batch at its second batch size; a
-    whole prompt's tokens in a prefill), -1 when unknown."""
-    if isinstance(count, int):
-        return count
-    hint = count.node.hint
-    return hint if isinstance(hint, int) else -1
 
 
 def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
