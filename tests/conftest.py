@@ -84,6 +84,26 @@ def graph_texts(built_graphs: BuiltGraphs) -> Callable[[], list[str]]:
 
 
 @pytest.fixture(autouse=True)
+def fixed_product_rules(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Products are built by the fixed rules, never by a timing: a graph's
+    text (and so the compiled graphs the suite shares through MAX's cache)
+    must not change with how busy the machine was when a shape was timed.
+    Tests of the measured choice are marked ``measured_products``."""
+    from torch_max_backend.lower import product_choice
+
+    if request.node.get_closest_marker("measured_products"):
+        product_choice.set_product_strategy("auto")
+        yield
+        return
+    monkeypatch.setenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY", "rule")
+    product_choice.set_product_strategy("rule")
+    yield
+    product_choice.set_product_strategy("rule")
+
+
+@pytest.fixture(autouse=True)
 def without_warm_starts(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:

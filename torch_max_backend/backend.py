@@ -37,9 +37,10 @@ from .lower.builder import (
     without_repeats,
 )
 from .lower.families import register_families
+from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
 from .plan import GraphPlan
-from .runtime import huge_pages
+from .runtime import huge_pages, torch_threads
 from .runtime.compile_workers import worker_count
 from .runtime.compiled_graph import CompiledGraph
 from .runtime.module_batch import alone, gathered, gathering
@@ -304,6 +305,8 @@ def _compiled_graph(
         show_on_stderr("profile", logging.INFO)
     _compile_log.info("torch-max-backend: compiled %s in %.2fs", name, seconds)
     huge_pages.set_enabled(settings.huge_pages)
+    if settings.quiet_torch_threads and plan.device.startswith("cpu"):
+        torch_threads.quiet()
     with unset_fake_temporarily():
         if settings.profile:
             compiled: CompiledGraph = ProfiledCompiledGraph(
@@ -354,6 +357,7 @@ def max_backend(
     check_mode(mode)
     register_families()
     settings = Settings.resolve(options, mode)
+    set_product_strategy(settings.product_strategy)
     compiler = functools.partial(compile_aten_graph, settings=settings)
     backend = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),

@@ -24,6 +24,7 @@ from .errors import MaxCompilerError
 from .fallback import Placement, op_count, partitioner, settle
 from .lower.builder import build_graph, is_size_arithmetic, strategy_of
 from .lower.families import register_families
+from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
 from .settings import Settings
 
@@ -178,6 +179,8 @@ def explain(
     """
     register_families()
     settings = Settings.resolve(options)
+    # The strategies it shows are those a compile with ``options`` builds.
+    set_product_strategy(settings.product_strategy)
     report = ExplainReport()
     ids = itertools.count()
 

@@ -57,6 +57,9 @@ MODES = {
 }
 # Modes that trade compile time for the fastest calls.
 AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
+# How a float32 product on the CPU is built (lower/product_choice.py): timed
+# per machine and shape, the fixed rules, or one strategy wherever it fits.
+PRODUCT_STRATEGIES = ("auto", "rule", "row_sums", "skinny", "matmul", "vendor")
 
 
 def check_mode(mode: str | None) -> None:
@@ -112,6 +115,22 @@ class Settings:
             streams every weight, and 4 KiB pages cost it a fifth or more
             (runtime/huge_pages.py). Process-wide: the latest compile's
             value applies.
+        product_strategy: how each float32 product on the CPU is built:
+            ``"auto"`` times the strategies that fit its shape once per
+            machine (MAX's matmul, our few-rows kernel, row sums, the
+            vendor BLAS) and keeps the fastest in the storage cache;
+            ``"rule"`` takes fixed rules without timing; a strategy's name
+            (``"matmul"``, ``"skinny"``, ``"row_sums"``, ``"vendor"``)
+            builds every product it fits that way
+            (lower/product_choice.py). Process-wide: the latest compile's
+            value applies.
+        quiet_torch_threads: when a CPU graph is first compiled, make
+            PyTorch's OpenMP threads (GNU OpenMP) sleep soon after each
+            parallel region instead of spinning for milliseconds on the
+            cores MAX's kernels need next (runtime/torch_threads.py), as
+            ``OMP_WAIT_POLICY=PASSIVE`` would; left alone where the user
+            set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``. Process-wide
+            and once: it cannot be undone in a process.
     """
 
     verbose: bool = False
@@ -124,6 +143,8 @@ class Settings:
     compile_workers: int | None = None
     summed_products: bool = True
     huge_pages: bool = True
+    product_strategy: str = "auto"
+    quiet_torch_threads: bool = True
 
     # Environment variables for each field; the older PYTORCH_ spelling is kept.
     _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -137,6 +158,8 @@ class Settings:
         "compile_workers": ("TORCH_MAX_BACKEND_COMPILE_WORKERS",),
         "summed_products": ("TORCH_MAX_BACKEND_SUMMED_PRODUCTS",),
         "huge_pages": ("TORCH_MAX_BACKEND_HUGE_PAGES",),
+        "product_strategy": ("TORCH_MAX_BACKEND_PRODUCT_STRATEGY",),
+        "quiet_torch_threads": ("TORCH_MAX_BACKEND_QUIET_TORCH_THREADS",),
     }
 
     @classmethod
@@ -168,6 +191,10 @@ class Settings:
                 listed = _env_list(*names)
                 if listed is not None:
                     values[key] = frozenset(op_name(n) for n in listed)
+            elif key == "product_strategy":
+                found = _first_set(names)
+                if found is not None:
+                    values[key] = _product_strategy(found[1].strip(), found[0])
             else:
                 flag = env_flag(*names)
                 if flag is not None:
@@ -208,6 +235,8 @@ def _option(key: str, value: object) -> object:
                 f"got {type(value).__name__} {value!r}"
             )
         return value
+    if key == "product_strategy":
+        return _product_strategy(value, "option 'product_strategy'")
     if key == "torch_executed_ops":
         if isinstance(value, str) or not isinstance(value, Iterable):
             raise TypeError(
@@ -219,6 +248,15 @@ def _option(key: str, value: object) -> object:
         raise TypeError(
             f"torch-max-backend option {key!r} must be a bool, "
             f"got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _product_strategy(value: object, where: str) -> str:
+    if not isinstance(value, str) or value not in PRODUCT_STRATEGIES:
+        raise ValueError(
+            f"torch-max-backend {where}={value!r} is not a product strategy; "
+            f"use one of {', '.join(PRODUCT_STRATEGIES)}"
         )
     return value
 

@@ -22,6 +22,7 @@ from .. import plan as max_plan
 from ..errors import MaxCompilerError
 from ..lower.builder import build_graph
 from ..lower.families import register_families
+from ..lower.product_choice import portable_products
 from ..lower.registry import decomposition_table
 from ..storage.cache_dir import max_version
 from .manifest import GRAPH, WEIGHTS, Manifest, TensorSpec
@@ -117,7 +118,9 @@ def export(
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     # A package is compiled once and called many times: every product on
     # MAX's matmul kernel, the fastest call (lower/products.py).
-    built = build_graph(gm, summed_products=False)
+    # A package may run on another machine: no vendor library path in it.
+    with portable_products():
+        built = build_graph(gm, summed_products=False)
     if any(slot.kind is not max_plan.OutputKind.GRAPH for slot in built.plan.outputs):
         raise MaxCompilerError(
             "export needs every output computed by the graph (an output that "

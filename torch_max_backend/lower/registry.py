@@ -25,6 +25,7 @@ LIFTS_SCALARS = "_max_lifts_scalars"
 SUPPORTS = "_max_supports"
 RANDOM = "_max_random"
 STRATEGIES = "_max_strategies"
+CHOOSER = "_max_chooser"
 
 # A capability check: given the FX node, the reason it is not covered, or None.
 SupportsFn = Callable[[torch.fx.Node], str | None]
@@ -150,17 +151,24 @@ class Strategy:
         return None if self.supports is None else self.supports(node)
 
 
+# Picks one of the candidates that fit a node (at least two, in rank order).
+Chooser = Callable[[torch.fx.Node, Sequence[Strategy]], Strategy]
+
+
 def lowering_strategies(
     *ops: object,
     candidates: Sequence[Strategy],
     supports: SupportsFn | None = None,
     lift_scalars: bool = True,
+    choose: Chooser | None = None,
 ) -> LoweringFn:
     """Register one lowering of ``ops`` that picks among ``candidates``.
 
     ``supports`` checks what the op as a whole covers; a node it passes is
-    built by the first candidate (in the order given) whose own check passes.
-    A node no candidate fits is refused with each candidate's reason.
+    built by the first candidate (in the order given) whose own check passes,
+    or, with ``choose``, by the one it picks among those that fit (a
+    measurement, a setting). A node no candidate fits is refused with each
+    candidate's reason.
     """
     if not candidates:
         raise ValueError("lowering_strategies needs at least one candidate")
@@ -171,7 +179,7 @@ def lowering_strategies(
             reason = supports(node)
             if reason is not None:
                 return reason
-        if chosen_strategy(ranked, node) is not None:
+        if any(s.reason(node) is None for s in ranked):
             return None
         return "; ".join(f"{s.name}: {s.reason(node)}" for s in ranked)
 
@@ -182,7 +190,7 @@ def lowering_strategies(
     def lower(*args: Any, **kwargs: Any) -> Any:
         from .context import current
 
-        strategy = chosen_strategy(ranked, current().node)
+        strategy = chosen_strategy(ranked, current().node, choose)
         assert strategy is not None  # the capability check ran first
         return strategy.lower(*args, **kwargs)
 
@@ -191,11 +199,17 @@ def lowering_strategies(
     lower.__module__ = ranked[0].lower.__module__
     lowering(*ops, lift_scalars=lift_scalars, supports=check)(lower)
     setattr(lower, STRATEGIES, ranked)
+    setattr(lower, CHOOSER, choose)
     return lower
 
 
-def chosen_strategy(ranked: Sequence[Strategy], node: torch.fx.Node) -> Strategy | None:
-    return next((s for s in ranked if s.reason(node) is None), None)
+def chosen_strategy(
+    ranked: Sequence[Strategy], node: torch.fx.Node, choose: Chooser | None = None
+) -> Strategy | None:
+    fitting = [s for s in ranked if s.reason(node) is None]
+    if not fitting:
+        return None
+    return fitting[0] if choose is None or len(fitting) == 1 else choose(node, fitting)
 
 
 def strategies_of(fn: LoweringFn) -> tuple[Strategy, ...]:
@@ -205,7 +219,7 @@ def strategies_of(fn: LoweringFn) -> tuple[Strategy, ...]:
 
 def strategy_for(fn: LoweringFn, node: torch.fx.Node) -> str | None:
     """The name of the strategy that builds ``node``, for a lowering with several."""
-    chosen = chosen_strategy(strategies_of(fn), node)
+    chosen = chosen_strategy(strategies_of(fn), node, getattr(fn, CHOOSER, None))
     return None if chosen is None else chosen.name
 
 

@@ -27,6 +27,7 @@ import torch
 from torch._ops import OpOverload
 
 from ... import logs
+from ..registry import strategy_for
 from .capability import SYM_FUNCTIONS, lowering_of
 from .eager_layouts import CallerOutputs
 
@@ -103,7 +104,11 @@ def _target(node: torch.fx.Node) -> str:
     fn = lowering_of(node)
     if fn is None or not fn.__module__.startswith(_OWN_MODULES):
         raise _Unknown(f"op {target} without a lowering of ours")
-    return f"{target}:{fn.__module__}.{fn.__qualname__}"
+    # A strategy chosen by measurement on this machine (product_choice.py)
+    # is part of what the graph is: another machine's choice builds another.
+    strategy = strategy_for(fn, node)
+    chosen = "" if strategy is None else f":{strategy}"
+    return f"{target}:{fn.__module__}.{fn.__qualname__}{chosen}"
 
 
 def _attribute(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:

@@ -10,6 +10,7 @@ import torch
 from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
+from ...kernels import vendor_blas
 from ...kernels.library import SHIPPED, custom
 from ..context import current
 from ..kit import (
@@ -21,6 +22,7 @@ from ..kit import (
     size_hint,
 )
 from ..opmath import accumulated
+from ..product_choice import ProductShape, choose_by_measurement
 from ..products import product
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
@@ -136,6 +138,51 @@ def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     return product
 
 
+def vendor_fits(node: torch.fx.Node) -> str | None:
+    """float32 rows times a 2-d weight with static sizes on the CPU, where a vendor BLAS (MKL) was found (kernels/vendor_blas.py); chosen by measurement or by product_strategy, never by rule."""
+    rows, weight_node = _operands(node)
+    weight = fake_tensor(weight_node)
+    if rows.dtype != torch.float32 or weight.dtype != torch.float32:
+        return "not float32"
+    if rows.device.type != "cpu":
+        return "not on the CPU"
+    if rows.dim() != 2 or not is_static(rows.shape[1:]) or not is_static(weight.shape):
+        return "symbolic sizes"
+    if vendor_blas.vendor_blas() is None:
+        return "no vendor BLAS on this machine"
+    return None
+
+
+def product_shape(node: torch.fx.Node) -> ProductShape | None:
+    """The sizes a product's strategies are timed at (a symbolic row count
+    by the value it was captured with)."""
+    rows, weight_node = _operands(node)
+    weight = fake_tensor(weight_node)
+    count = size_hint(rows.shape[0])
+    if count is None or rows.dim() != 2 or not is_static(weight.shape):
+        return None
+    k, n = (int(d) for d in weight.shape)
+    return ProductShape(count, k, n, _reads_stored_rows(weight_node))
+
+
+def _vendor_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
+    found = vendor_blas.vendor_blas()
+    assert found is not None  # vendor_fits checked
+    _, weight = _operands(current().node)
+    stored_nk = _reads_stored_rows(weight)
+    # As for the skinny kernel: MAX folds this transpose into the graph's.
+    stored = ops.transpose(mat2, 0, 1) if stored_nk else mat2
+    (result,) = custom(
+        vendor_blas.VENDOR_KERNELS,
+        "torch_max_backend_vendor_matmul",
+        [rows, stored],
+        [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
+        rows.device,
+        parameters={"weight_nk": stored_nk, "library": found.path},
+    )
+    return result
+
+
 def _row_times_stored_rows(row: TensorValue, mat2: TensorValue) -> TensorValue:
     # MAX's matmul streams a [N, K] weight at about 30 GB/s for one row on
     # this class of CPU; a product and a sum along each stored row read it at
@@ -160,13 +207,24 @@ def _mm(self: TensorValue, mat2: TensorValue) -> TensorValue:
     return product(self, mat2)
 
 
+def _mm_by_vendor(self: TensorValue, mat2: TensorValue) -> TensorValue:
+    """mm(Tensor self, Tensor mat2) -> Tensor"""
+    return _vendor_product(self, mat2)
+
+
+# Which fitting strategy builds a product: measured per machine and shape.
+_choose = choose_by_measurement(product_shape)
+
+
 mm = lowering_strategies(
     aten.mm.default,
     candidates=[
         Strategy("row_sums", _mm_by_row_sums, one_row_times_stored_rows),
         Strategy("skinny", _mm_by_skinny_kernel, few_rows_times_large_weight),
         Strategy("matmul", _mm),
+        Strategy("vendor", _mm_by_vendor, vendor_fits),
     ],
+    choose=_choose,
 )
 
 
@@ -205,7 +263,9 @@ addmm = lowering_strategies(
             "skinny", _addmm_by(_few_rows_times_weight), few_rows_times_large_weight
         ),
         Strategy("matmul", _addmm_by(product)),
+        Strategy("vendor", _addmm_by(_vendor_product), vendor_fits),
     ],
+    choose=_choose,
 )
 
 

@@ -1,0 +1,234 @@
+"""Products' strategies chosen by measurement, forced by product_strategy, and
+the vendor BLAS path (MKL through our Mojo kernel) against eager."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torch_max_backend import explain, max_backend
+from torch_max_backend.kernels import vendor_blas
+from torch_max_backend.lower import product_choice
+from torch_max_backend.lower.builder.fingerprint import graph_fingerprint
+from torch_max_backend.lower.families import register_families
+from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
+from torch_max_backend.settings import Settings
+from torch_max_backend.storage import product_choices
+
+aten = torch.ops.aten
+needs_vendor = pytest.mark.skipif(
+    vendor_blas.vendor_blas() is None, reason="no vendor BLAS (mkl) here"
+)
+
+
+def _products(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Every layout the vendor kernel reads: a Linear's weight [N, K] with a
+    bias, a weight [K, N], rows read transposed, K empty, one row."""
+    x, w_nk, bias, w_kn, xt, empty_x, empty_w, row = inputs
+    return (
+        F.linear(x, w_nk, bias),
+        torch.mm(x, w_kn),
+        torch.mm(xt.t(), w_kn),
+        torch.mm(empty_x, empty_w),
+        F.linear(row, w_nk),
+    )
+
+
+def _product_inputs() -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    return (
+        torch.randn(5, 40),
+        torch.randn(24, 40),
+        torch.randn(24),
+        torch.randn(40, 24),
+        torch.randn(40, 5),
+        torch.randn(4, 0),
+        torch.randn(0, 6),
+        torch.randn(1, 40),
+    )
+
+
+@needs_vendor
+def test_the_vendor_path_matches_eager_in_every_layout(
+    monkeypatch, max_calls, graph_texts
+):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    inputs = _product_inputs()
+    compiled = torch.compile(
+        _products, backend=max_backend, options={"product_strategy": "vendor"}
+    )
+    for got, want in zip(compiled(*inputs), _products(*inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert max_calls.count == 1
+    (text,) = graph_texts()
+    # All five in our kernel (the empty sum too: it writes zeros itself).
+    assert text.count("torch_max_backend_vendor_matmul") == 5
+    assert "mo.matmul" not in text
+
+
+def test_without_a_vendor_library_products_fall_back_with_the_same_results(
+    monkeypatch, max_calls, graph_texts
+):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    monkeypatch.setenv(vendor_blas.ENV, "off")
+    vendor_blas.vendor_blas.cache_clear()
+    try:
+        inputs = _product_inputs()
+        compiled = torch.compile(
+            _products, backend=max_backend, options={"product_strategy": "vendor"}
+        )
+        for got, want in zip(compiled(*inputs), _products(*inputs), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    finally:
+        vendor_blas.vendor_blas.cache_clear()
+    assert max_calls.count == 1
+    assert "torch_max_backend_vendor_matmul" not in graph_texts()[0]
+
+
+def test_a_named_library_that_is_not_mkl_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv(vendor_blas.ENV, str(tmp_path / "libnothing.so"))
+    vendor_blas.vendor_blas.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="TORCH_MAX_BACKEND_VENDOR_BLAS="):
+            vendor_blas.vendor_blas()
+    finally:
+        vendor_blas.vendor_blas.cache_clear()
+
+
+@pytest.fixture
+def choice_table(monkeypatch, tmp_path):
+    """An empty table of timed choices, in a directory of the test's own
+    (MAX's own cache stays: the timing graphs compile once per machine)."""
+    monkeypatch.setattr(product_choices, "own_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(product_choice, "_table", None)
+    yield
+    product_choice._table = None
+
+
+@pytest.mark.measured_products
+def test_a_measured_choice_is_timed_once_and_reread(monkeypatch, choice_table):
+    register_families()
+    timed = []
+
+    def fake_timing(rows, k, n, weight_nk, forms):
+        timed.append((rows, k, n, weight_nk, tuple(forms)))
+        return {form: (1.0 if form == "matmul" else 9.0) for form in forms}
+
+    from torch_max_backend.kernels import product_timing
+
+    monkeypatch.setattr(product_timing, "time_forms", fake_timing)
+    gm = make_fx(F.linear, tracing_mode="fake")(
+        torch.zeros(8, 512), torch.zeros(768, 512)
+    )
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    lower = MAPPING_TORCH_ATEN_TO_MAX[node.target]
+    assert strategy_for(lower, node) == "matmul"  # the rule would say skinny
+    assert strategy_for(lower, node) == "matmul"
+    assert len(timed) == 1 and timed[0][:4] == (8, 512, 768, True)
+    # A second process reads the table from disk and times nothing.
+    path = product_choice._choices().path
+    monkeypatch.setattr(product_choice, "_table", None)
+    assert strategy_for(lower, node) == "matmul"
+    assert len(timed) == 1
+    saved = json.loads(path.read_text())
+    (key,) = saved["choices"]
+    assert saved["choices"][key]["choice"] == "matmul"
+    assert saved["machine"] == product_choice._choices().identity
+    # Another machine's table is another file: nothing is reused.
+    other = product_choices.ProductChoices("another CPU; 2 cores; mkl")
+    assert other.path != path and other.get(key) is None
+
+
+@pytest.mark.measured_products
+def test_small_products_keep_the_rules_without_timing(monkeypatch, choice_table):
+    register_families()
+    from torch_max_backend.kernels import product_timing
+
+    monkeypatch.setattr(
+        product_timing, "time_forms", lambda *a: pytest.fail("timed a small product")
+    )
+    gm = make_fx(F.linear, tracing_mode="fake")(
+        torch.zeros(1, 256), torch.zeros(512, 256)
+    )
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    assert strategy_for(MAPPING_TORCH_ATEN_TO_MAX[node.target], node) == "row_sums"
+
+
+@needs_vendor
+@pytest.mark.measured_products
+def test_real_timing_checks_each_form_and_keeps_the_fastest(choice_table):
+    shape = product_choice.ProductShape(rows=4, k=256, n=2304, weight_nk=True)
+    best = product_choice.measured(shape, ["skinny", "matmul", "vendor"])
+    assert best in ("skinny", "matmul", "vendor")
+    entry = product_choice._choices().get(shape.key(["skinny", "matmul", "vendor"]))
+    assert entry["choice"] == best
+    assert set(entry["us"]) == {"skinny", "matmul", "vendor"}
+    assert all(t > 0 for t in entry["us"].values())
+
+
+def test_the_chosen_strategy_is_part_of_the_fingerprint():
+    register_families()
+    gm = make_fx(F.linear, tracing_mode="fake")(
+        torch.zeros(8, 512), torch.zeros(768, 512)
+    )
+    product_choice.set_product_strategy("matmul")
+    as_matmul = graph_fingerprint(gm)
+    product_choice.set_product_strategy("skinny")
+    as_skinny = graph_fingerprint(gm)
+    product_choice.set_product_strategy("rule")
+    assert as_matmul is not None and as_skinny is not None
+    assert as_matmul != as_skinny
+    assert graph_fingerprint(gm) == as_skinny  # the rule picks skinny here
+
+
+def test_explain_shows_the_forced_strategy(monkeypatch):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    layer = torch.nn.Linear(512, 768).eval()
+    with torch.no_grad():
+        report = explain(
+            layer, torch.randn(8, 512), options={"product_strategy": "matmul"}
+        )
+    (graph,) = report.graphs
+    (op,) = [op for op in graph.ops if op.op == "aten.addmm.default"]
+    assert op.strategies == {"matmul": 1}
+    with torch.no_grad():
+        report = explain(
+            layer, torch.randn(8, 512), options={"product_strategy": "rule"}
+        )
+    (op,) = [op for op in report.graphs[0].ops if op.op == "aten.addmm.default"]
+    assert op.strategies == {"skinny": 1}
+
+
+def test_product_strategy_option_and_environment(monkeypatch):
+    assert Settings.resolve({}).product_strategy == "rule"  # the suite's pin
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")
+    assert Settings.resolve({}).product_strategy == "auto"
+    assert Settings.resolve({"product_strategy": "vendor"}).product_strategy == "vendor"
+    monkeypatch.setenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY", "skinny")
+    assert Settings.resolve({"product_strategy": "vendor"}).product_strategy == "skinny"
+    with pytest.raises(ValueError, match="'fastest' is not a product strategy"):
+        Settings.resolve({"product_strategy": "fastest"})
+    monkeypatch.setenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY", "blas")
+    with pytest.raises(ValueError, match="TORCH_MAX_BACKEND_PRODUCT_STRATEGY='blas'"):
+        Settings.resolve({})
+
+
+def test_exported_graphs_take_no_vendor_path():
+    register_families()
+    gm = make_fx(F.linear, tracing_mode="fake")(
+        torch.zeros(8, 512), torch.zeros(768, 512)
+    )
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    lower = MAPPING_TORCH_ATEN_TO_MAX[node.target]
+    product_choice.set_product_strategy("vendor")
+    try:
+        with product_choice.portable_products():
+            assert strategy_for(lower, node) == "skinny"
+        if vendor_blas.vendor_blas() is not None:
+            assert strategy_for(lower, node) == "vendor"
+    finally:
+        product_choice.set_product_strategy("rule")

@@ -1,0 +1,156 @@
+"""Timing the ways a float32 product ``x[M, K] @ W`` can run on the CPU.
+
+Each way (a *form*) is one small MAX graph with symbolic sizes, compiled
+once per machine (MAX's own cache keeps it: about 20 s, 70 s for the matmul
+kernel, then about 2 s to load) and run here at the sizes asked, so timing a
+new shape costs milliseconds, not a compile. The forms, by the names of the
+product strategies that build them (lower/ops/linalg.py):
+
+- ``matmul``: MAX's matmul kernel;
+- ``skinny``: our few-rows kernel (kernels/mojo/skinny_matmul.mojo);
+- ``row_sums``: one row times each stored weight row, summed;
+- ``vendor``: the vendor BLAS through our kernel (vendor_blas.py).
+
+W is stored [K, N], or [N, K] (``weight_nk``: a Linear's weight, read
+transposed). The forms run interleaved, round after round, and each keeps
+its median: a machine whose speed drifts favours none of them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+from max.driver import CPU
+from max.dtype import DType
+from max.engine import InferenceSession, Model
+from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
+
+from .. import logs
+from .library import SHIPPED, MojoLibrary
+from .vendor_blas import VENDOR_KERNELS, vendor_blas
+
+FORMS = ("row_sums", "skinny", "matmul", "vendor")
+# Rounds at least, and the time they may take together, per shape.
+_MIN_ROUNDS = 5
+_BUDGET_S = 0.5
+
+_log = logs.get_logger("compile")
+_lock = threading.Lock()
+_session: InferenceSession | None = None
+_models: dict[tuple[str, bool], Model] = {}
+
+
+def _matmul(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
+    return ops.matmul(x, ops.transpose(w, 0, 1) if weight_nk else w)
+
+
+def _row_sums(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
+    assert weight_nk, "row sums read a weight stored [N, K]"
+    return ops.reshape(ops.sum(ops.mul(w, x), -1), [1, w.shape[0]])
+
+
+def _custom(
+    kernels: MojoLibrary, kernel: str, **parameters: bool | int | str
+) -> Callable[[TensorValue, TensorValue, bool], TensorValue]:
+    def build(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
+        graph = Graph.current
+        if kernels.path() not in graph.kernel_libraries_paths:
+            graph._import_kernels([kernels.path()])
+        n = w.shape[0] if weight_nk else w.shape[1]
+        out = TensorType(DType.float32, [x.shape[0], n], x.device)
+        (y,) = ops.custom(
+            kernel,
+            x.device,
+            [x, w],
+            [out],
+            parameters={**parameters, "weight_nk": weight_nk},
+        )
+        return y.tensor
+
+    return build
+
+
+def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValue]:
+    if form == "matmul":
+        return _matmul
+    if form == "row_sums":
+        return _row_sums
+    if form == "skinny":
+        return _custom(SHIPPED, "torch_max_backend_skinny_matmul", rows=0)
+    if form == "vendor":
+        found = vendor_blas()
+        if found is None:
+            raise ValueError("no vendor BLAS on this machine")
+        return _custom(
+            VENDOR_KERNELS, "torch_max_backend_vendor_matmul", library=found.path
+        )
+    raise ValueError(f"unknown product form {form!r}; known: {', '.join(FORMS)}")
+
+
+def _model(form: str, weight_nk: bool) -> Model:
+    """The compiled graph of ``form`` (symbolic sizes), compiled or loaded once."""
+    global _session
+    key = (form, weight_nk)
+    if key not in _models:
+        cpu = DeviceRef.CPU()
+        rows = "m" if form != "row_sums" else 1
+        w_shape = ["n", "k"] if weight_nk else ["k", "n"]
+        with Graph(
+            f"product_timing_{form}_{'nk' if weight_nk else 'kn'}",
+            input_types=[
+                TensorType(DType.float32, [rows, "k"], cpu),
+                TensorType(DType.float32, w_shape, cpu),
+            ],
+        ) as graph:
+            x, w = (v.tensor for v in graph.inputs)
+            graph.output(_builder(form)(x, w, weight_nk))
+        if _session is None:
+            _session = InferenceSession(devices=[CPU()])
+        started = time.perf_counter()
+        _models[key] = _session.load(graph)
+        _log.info(
+            "torch-max-backend: product timing graph %s ready in %.1f s",
+            graph.name,
+            time.perf_counter() - started,
+        )
+    return _models[key]
+
+
+def time_forms(
+    rows: int, k: int, n: int, weight_nk: bool, forms: list[str]
+) -> dict[str, float]:
+    """Median microseconds of ``x[rows, k] @ W`` (W [k, n], or [n, k] when
+    ``weight_nk``) in each of ``forms``; every form's result is checked
+    against the first's before it is timed."""
+    with _lock:
+        models = {form: _model(form, weight_nk) for form in forms}
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(rows, k, generator=gen)
+        w = torch.randn(*((n, k) if weight_nk else (k, n)), generator=gen)
+        reference = None
+        for form, model in models.items():
+            (out,) = model.execute(x, w)
+            result = torch.from_dlpack(out)
+            if reference is None:
+                reference = result.clone()
+            elif not torch.allclose(result, reference, rtol=1e-3, atol=1e-3 * k):
+                raise RuntimeError(
+                    f"product form {form!r} disagrees with {forms[0]!r} at "
+                    f"[{rows}, {k}] x {'[n, k]' if weight_nk else '[k, n]'} n={n}"
+                )
+        samples: dict[str, list[float]] = {form: [] for form in forms}
+        started = time.perf_counter()
+        rounds = 0
+        while rounds < _MIN_ROUNDS or time.perf_counter() - started < _BUDGET_S:
+            for form, model in models.items():
+                begin = time.perf_counter()
+                model.execute(x, w)
+                samples[form].append((time.perf_counter() - begin) * 1e6)
+            rounds += 1
+            if rounds >= 200:
+                break
+        return {form: statistics.median(times) for form, times in samples.items()}

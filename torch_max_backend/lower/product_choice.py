@@ -1,0 +1,156 @@
+"""Which way a float32 product on the CPU is built: measured, per machine and shape.
+
+mm and addmm have several strategies (lower/ops/linalg.py): MAX's matmul,
+our few-rows kernel (``skinny``), row sums for one row (``row_sums``) and
+the vendor BLAS (``vendor``). Which is fastest depends on the machine: MAX's
+kernels beat MKL on an AMD EPYC and lose to it on an Intel Xeon
+(docs/benchmarks.md). So, as Inductor's max-autotune times extern GEMMs
+against its templates, each product shape that fits two or more strategies
+is timed once per machine (kernels/product_timing.py) and the fastest is
+kept in the storage cache (storage/product_choices.py): a second process
+reads the choice instead of timing again, and another machine times anew.
+The choice is part of the graph's fingerprint (builder/fingerprint.py), so a
+warm start or a bundle never carries a choice made on other hardware into a
+graph built here.
+
+Products of fewer than 2^18 multiply-adds take the fixed rules (a kernel's
+fixed cost is most of their time); up to ``products.SUMMED_PRODUCT_LIMIT``,
+MAX's matmul is not among the timed forms, since there a graph may build it
+as a summed product for compile time's sake. The setting
+``product_strategy`` (``TORCH_MAX_BACKEND_PRODUCT_STRATEGY``) overrides:
+``"auto"`` (measure, the default), ``"rule"`` (the fixed rules, no timing),
+or one strategy's name for every product it fits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+
+from ..kernels import vendor_blas
+from ..settings import PRODUCT_STRATEGIES
+from ..storage.product_choices import ProductChoices, machine_identity
+from .products import SUMMED_PRODUCT_LIMIT
+from .registry import Strategy
+
+AUTO = "auto"
+
+_log = logging.getLogger("torch_max_backend.compile")
+_setting = AUTO
+_table: ProductChoices | None = None
+# Smaller products take the rules: their time is mostly a kernel's fixed cost.
+MIN_TIMED_WORK = 1 << 18
+# Graphs that leave this machine (exported packages) never call the vendor
+# library: its path is this machine's, and the AOT runner's machine may lack it.
+VENDOR = "vendor"
+_portable: ContextVar[bool] = ContextVar("max_portable_products", default=False)
+
+
+@contextlib.contextmanager
+def portable_products() -> Iterator[None]:
+    """Products built inside take no strategy tied to this machine's files."""
+    token = _portable.set(True)
+    try:
+        yield
+    finally:
+        _portable.reset(token)
+
+
+def set_product_strategy(value: str) -> None:
+    """Process-wide: the latest compile's ``product_strategy`` applies."""
+    global _setting
+    if value not in PRODUCT_STRATEGIES:
+        raise ValueError(
+            f"unknown product_strategy {value!r}; "
+            f"known: {', '.join(PRODUCT_STRATEGIES)}"
+        )
+    _setting = value
+
+
+def product_strategy() -> str:
+    return _setting
+
+
+@dataclass(frozen=True)
+class ProductShape:
+    """``x[rows, k] @ W``, W stored [k, n] or [n, k] (``weight_nk``)."""
+
+    rows: int
+    k: int
+    n: int
+    weight_nk: bool
+
+    def key(self, forms: Sequence[str]) -> str:
+        layout = "nk" if self.weight_nk else "kn"
+        return f"{self.rows}x{self.k}x{self.n} {layout} {','.join(sorted(forms))}"
+
+
+def _choices() -> ProductChoices:
+    global _table
+    if _table is None:
+        _table = ProductChoices(machine_identity(vendor_blas.describe()))
+    return _table
+
+
+def measured(shape: ProductShape, forms: list[str]) -> str | None:
+    """The fastest of ``forms`` for ``shape`` here, timed on first use; None
+    when timing failed (the rules decide then)."""
+    table = _choices()
+    key = shape.key(forms)
+    entry = table.get(key)
+    if entry is not None and entry["choice"] in forms:
+        return entry["choice"]
+    from ..kernels.product_timing import time_forms
+
+    try:
+        times = time_forms(shape.rows, shape.k, shape.n, shape.weight_nk, forms)
+    except Exception as e:  # a failed timing must not fail the compile
+        _log.warning("torch-max-backend: could not time products %s: %s", key, e)
+        return None
+    best = min(times, key=times.__getitem__)
+    _log.info(
+        "torch-max-backend: product %s: %s (%s)",
+        key,
+        best,
+        ", ".join(f"{f} {t:.0f} us" for f, t in times.items()),
+    )
+    table.put(key, best, times)
+    return best
+
+
+def choose_by_measurement(
+    shape_of: Callable[[torch.fx.Node], ProductShape | None],
+) -> Callable[[torch.fx.Node, Sequence[Strategy]], Strategy]:
+    """A chooser for ``lowering_strategies``: the setting's strategy where it
+    fits, else (``auto``) the fastest measured for the node's shape, else the
+    first that fits."""
+
+    def choose(node: torch.fx.Node, fitting: Sequence[Strategy]) -> Strategy:
+        if _portable.get():
+            fitting = [s for s in fitting if s.name != VENDOR] or list(fitting)
+        by_name = {s.name: s for s in fitting}
+        if _setting in by_name:
+            return by_name[_setting]
+        if _setting != AUTO:
+            return fitting[0]
+        shape = shape_of(node)
+        work = None if shape is None else math.prod((shape.rows, shape.k, shape.n))
+        if shape is None or work is None or work < MIN_TIMED_WORK:
+            return fitting[0]
+        names = list(by_name)
+        if work <= SUMMED_PRODUCT_LIMIT:
+            # Such a "matmul" may be built as a summed product, whose speed the
+            # timing graph (MAX's matmul) does not tell.
+            names = [name for name in names if name != "matmul"]
+        if len(names) < 2:
+            return fitting[0]
+        best = measured(shape, names)
+        return by_name.get(best, fitting[0]) if best is not None else fitting[0]
+
+    return choose
