@@ -70,6 +70,26 @@ def test_the_vendor_path_matches_eager_in_every_layout(
     assert "mo.matmul" not in text
 
 
+@needs_vendor
+def test_the_vendor_path_counts_a_symbolic_batch_at_run_time(
+    monkeypatch, max_calls, graph_texts
+):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(40, 24).eval()
+    compiled = torch.compile(
+        layer, backend=max_backend, options={"product_strategy": "vendor"}
+    )
+    for rows in (3, 7, 5):
+        x = torch.randn(rows, 40)
+        torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
+    assert max_calls.count == 3
+    (text,) = graph_texts()  # one graph for every batch
+    assert "torch_max_backend_vendor_matmul" in text
+
+
 def test_without_a_vendor_library_products_fall_back_with_the_same_results(
     monkeypatch, max_calls, graph_texts
 ):
