@@ -37,7 +37,8 @@ from tabulate import tabulate
 
 from benchmarks import bandwidth
 from benchmarks.child import ChildFailed, child_json
-from benchmarks.run import machine
+from benchmarks.docs_sections import markers, replace_section, vendor_label
+from benchmarks.machine import cpu_line, machine, product_timings_carried
 
 BACKENDS = ("eager", "inductor", "max")
 # max_backend's runs: (key, what the table calls it). PyTorch's OpenMP threads
@@ -49,8 +50,12 @@ MAX_RUNS = (
     ("max_one_thread", "1-thread max"),
 )
 ROOT = Path(__file__).resolve().parent.parent
-DOCS_BEGIN = "<!-- decode: begin (python -m benchmarks.decode --docs) -->"
-DOCS_END = "<!-- decode: end -->"
+COMMAND = "python -m benchmarks.decode --docs"
+
+
+def docs_markers(vendor: str) -> tuple[str, str]:
+    """The decode section's markers for a CPU vendor's run."""
+    return markers("decode", vendor, COMMAND)
 
 
 def build(name: str) -> Any:
@@ -268,7 +273,7 @@ def _machine() -> str:
 
     m = machine()
     return (
-        f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; torch {m['torch']}, "
+        f"{cpu_line(m)}; vendor BLAS: {m['vendor_blas']}; torch {m['torch']}, "
         f"max {m['max']}, transformers {transformers.__version__}"
     )
 
@@ -279,10 +284,12 @@ def _markdown(
     read: dict[str, Any],
     minutes: float,
 ) -> str:
+    vendor = vendor_label(machine())
+    begin, end = docs_markers(vendor)
     return "\n".join(
         [
-            DOCS_BEGIN,
-            "## Decoding: transformers' generate() with a static KV cache",
+            begin,
+            f"## Decoding on {vendor}: transformers' generate() with a static KV cache",
             "",
             f"`python -m benchmarks.decode --docs`, {minutes:.0f} minutes on "
             f"{_machine()}.",
@@ -323,20 +330,15 @@ def _markdown(
             "",
             tables[1],
             "",
-            DOCS_END,
+            end,
         ]
     )
 
 
 def write_docs(section: str) -> None:
-    page = ROOT / "docs" / "benchmarks.md"
-    text = page.read_text()
-    if DOCS_BEGIN in text and DOCS_END in text:
-        head, rest = text.split(DOCS_BEGIN, 1)
-        text = head + section + rest.split(DOCS_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    page.write_text(text)
+    """Replace this CPU vendor's decode section; the other vendor's stays."""
+    begin, end = docs_markers(vendor_label(machine()))
+    replace_section(ROOT / "docs" / "benchmarks.md", begin, end, section)
 
 
 def _cache_env(directory: str | None, **extra: str) -> dict[str, str]:
@@ -353,7 +355,10 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
     first-token run after each compiled one, and max with background compile."""
     runs: dict[str, Any] = {}
     for backend in BACKENDS:
-        with tempfile.TemporaryDirectory(prefix="decode-") as tmp:
+        with (
+            tempfile.TemporaryDirectory(prefix="decode-") as tmp,
+            product_timings_carried(Path(tmp) if args.caches == "cold" else None),
+        ):
             env = _cache_env(tmp if args.caches == "cold" else None)
             runs[backend] = _spawn(name, backend, args, env)
             if backend != "eager":
@@ -369,7 +374,10 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
                     name, backend, args, env, torch_threads=1
                 )
         print(f"{name} {backend}: {runs[backend].get('failed', 'done')}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="decode-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="decode-") as tmp,
+        product_timings_carried(Path(tmp) if args.caches == "cold" else None),
+    ):
         env = _cache_env(
             tmp if args.caches == "cold" else None,
             TORCH_MAX_BACKEND_BACKGROUND_COMPILE="1",
@@ -404,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_measure(name, backend, args)), flush=True)
         return
     started = time.perf_counter()
+    print(f"machine: {_machine()}", flush=True)
     read = bandwidth.measure()
     print(f"memory read bandwidth: {read['gbps']:.1f} GB/s ({read['how']})")
     results = {name: _model_runs(name, args) for name in args.models.split(",")}

@@ -14,7 +14,9 @@ MAX graphs are interleaved with PyTorch work, and reports what that costs.
 ``--rows 1`` gives every shape one row, a decode step's matrix-vector
 products, and reports the bandwidth each reaches reading its weight; with at
 most 8 rows the product is also timed with the skinny Mojo kernel our
-lowering uses for such products (kernels/mojo/skinny_matmul.mojo).
+lowering uses for such products (kernels/mojo/skinny_matmul.mojo). Where a
+vendor BLAS is found (MKL, kernels/vendor_blas.py) each shape is also timed
+through our vendor kernel inside a MAX graph, the ``vendor`` product strategy.
 """
 
 from __future__ import annotations
@@ -81,12 +83,14 @@ def _max_model(
     constant: Any = None,
     row_sums: bool = False,
     skinny: bool = False,
+    vendor: bool = False,
 ) -> Any:
     """A one-matmul MAX model; the weight is its second input, or ``constant``
     (a numpy array) embedded in the graph, which MAX may repack when compiling.
     ``row_sums``: one row against a [N, K] weight as a product and a sum along
     each stored row, as our lowering builds a decode step's Linear.
-    ``skinny``: the product by torch-max-backend's skinny kernel."""
+    ``skinny``: the product by torch-max-backend's skinny kernel.
+    ``vendor``: by MKL's sgemm through our vendor kernel (kernels/vendor_blas.py)."""
     from max.driver import CPU
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -114,6 +118,21 @@ def _max_model(
             graph.output(
                 *custom(SHIPPED, kernel, [x, w], [out_type], device, parameters)
             )
+        elif vendor:
+            from torch_max_backend.kernels.library import custom
+            from torch_max_backend.kernels.vendor_blas import (
+                VENDOR_KERNELS,
+                vendor_blas,
+            )
+
+            found = vendor_blas()
+            assert found is not None, "no vendor BLAS here (pip install mkl)"
+            out_type = TensorType(DType.float32, [m, n], device)
+            parameters = {"weight_nk": transposed, "library": found.path}
+            kernel = "torch_max_backend_vendor_matmul"
+            graph.output(
+                *custom(VENDOR_KERNELS, kernel, [x, w], [out_type], device, parameters)
+            )
         else:
             graph.output(ops.matmul(x, ops.transpose(w, 0, 1) if transposed else w))
     return InferenceSession(devices=[CPU()]).load(graph)
@@ -123,11 +142,18 @@ def _max_child(runs: int, rows: int) -> dict[str, Any]:
     import torch
     from max.driver import Buffer
 
+    from torch_max_backend.kernels.vendor_blas import vendor_blas
+
+    kinds = [(True, "max_nk", {}), (False, "max_kn", {})]
+    if vendor_blas() is not None:
+        kinds += [(True, "vendor_nk", {"vendor": True})]
+        kinds += [(False, "vendor_kn", {"vendor": True})]
     figures = {}
     for m, k, n in _shapes(rows):
         row = {}
-        for transposed, key in ((True, "max_nk"), (False, "max_kn")):
-            model = _max_model(m, k, n, transposed, f"gemm_{key}_{m}_{k}_{n}")
+        for transposed, key, how in kinds:
+            name = f"gemm_{key}_{m}_{k}_{n}"
+            model = _max_model(m, k, n, transposed, name, **how)
             weight = (n, k) if transposed else (k, n)
             buffers = [
                 Buffer.from_dlpack(torch.randn(m, k)),
@@ -191,7 +217,26 @@ def _alternating_child(runs: int, rows: int) -> dict[str, Any]:
     }
 
 
+def _forms_child(runs: int, rows: int) -> dict[str, Any]:
+    """Each shape's forms as the lowering times them (product_strategy auto)."""
+    from torch_max_backend.kernels.product_timing import time_forms
+    from torch_max_backend.kernels.vendor_blas import vendor_blas
+
+    figures = {}
+    for m, k, n in _shapes(rows):
+        for weight_nk in (True, False):
+            forms = ["skinny", "matmul"] if m <= SKINNY_MAX_ROWS else ["matmul"]
+            if m == 1 and weight_nk:
+                forms.insert(0, "row_sums")
+            if vendor_blas() is not None:
+                forms.append("vendor")
+            times = time_forms(m, k, n, weight_nk, forms)
+            figures[f"{m}x{k}x{n} {'[N,K]' if weight_nk else '[K,N]'}"] = times
+    return figures
+
+
 CHILDREN = {
+    "forms": _forms_child,
     "torch": _torch_child,
     "max": _max_child,
     "constant": _constant_child,
@@ -232,10 +277,32 @@ def main() -> None:
         default=0,
         help="M of every shape (1: a decode step's matrix-vector products)",
     )
+    parser.add_argument(
+        "--forms",
+        action="store_true",
+        help="only time each shape's product forms as product_strategy='auto' "
+        "does (symbolic-size graphs, interleaved rounds, medians in us)",
+    )
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(CHILDREN[args.child](args.runs, args.rows)), flush=True)
+        return
+    if args.forms:
+        timed = _spawn("forms", args.runs, args.rows)
+        print(
+            tabulate(
+                [
+                    [
+                        shape,
+                        min(times, key=times.__getitem__),
+                        ", ".join(f"{form} {us:.0f}" for form, us in times.items()),
+                    ]
+                    for shape, times in timed.items()
+                ],
+                headers=["M x K x N weight", "fastest", "us per form"],
+            )
+        )
         return
     torch_figures = _spawn("torch", args.runs, args.rows)
     max_figures = _spawn("max", args.runs, args.rows)
@@ -261,12 +328,13 @@ def main() -> None:
         if "max_row_sums" in mx:
             ms = mx["max_row_sums"]
             rows[-1].append(f"{ms:.3f} ({4 * k * n / ms / 1e6:.0f} GB/s)")
-        if "skinny_nk" in mx:
-            nk, kn = mx["skinny_nk"], mx["skinny_kn"]
-            rows[-1].append(
-                f"{nk:.3f} / {kn:.3f} "
-                f"({4 * k * n / nk / 1e6:.0f} / {4 * k * n / kn / 1e6:.0f} GB/s)"
-            )
+        for kind in ("skinny", "vendor"):
+            if f"{kind}_nk" in mx:
+                nk, kn = mx[f"{kind}_nk"], mx[f"{kind}_kn"]
+                rows[-1].append(
+                    f"{nk:.3f} / {kn:.3f} "
+                    f"({4 * k * n / nk / 1e6:.0f} / {4 * k * n / kn / 1e6:.0f} GB/s)"
+                )
     print(
         tabulate(
             rows,
@@ -282,6 +350,11 @@ def main() -> None:
                 *(
                     ["skinny kernel [N,K] / [K,N] ms"]
                     if 0 < args.rows <= SKINNY_MAX_ROWS
+                    else []
+                ),
+                *(
+                    ["vendor (MKL) [N,K] / [K,N] ms"]
+                    if "vendor_nk" in next(iter(max_figures.values()))
                     else []
                 ),
             ],

@@ -27,7 +27,7 @@ from tabulate import tabulate
 from benchmarks.child import ROOT, ChildFailed, child_json
 from benchmarks.hf_architectures import ARCHITECTURES, by_name
 from benchmarks.hf_check import TOLERANCE
-from benchmarks.run import machine
+from benchmarks.machine import machine
 
 # Two architectures also checked in bfloat16 weights and under CPU autocast.
 MIXED_PRECISION = ("llama", "bert")

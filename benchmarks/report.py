@@ -8,6 +8,8 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks.cases import CASES
+from benchmarks.docs_sections import markers, replace_section, vendor_label
+from benchmarks.machine import cpu_line
 
 HEADERS = [
     "model",
@@ -36,9 +38,16 @@ SPEEDUP_TARGETS = [
     ("MLP training step over eager", "mlp-train", "eager", 1.2),
 ]
 OVERHEAD_TARGET = 1.3
-DOCS_BEGIN = "<!-- benchmark suite: begin (python -m benchmarks.run --docs) -->"
-DOCS_END = "<!-- benchmark suite: end -->"
-CHART = "speedup.png"
+COMMAND = "python -m benchmarks.run --docs"
+
+
+def docs_markers(vendor: str) -> tuple[str, str]:
+    """The suite's section markers for a CPU vendor's run."""
+    return markers("benchmark suite", vendor, COMMAND)
+
+
+def chart_name(vendor: str) -> str:
+    return f"speedup-{vendor.lower()}.png"
 
 
 def _find(rows: list[dict[str, Any]], case: str, backend: str) -> dict[str, Any] | None:
@@ -145,12 +154,15 @@ def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     rows = results["rows"]
     gpu = m["gpu"] or "no GPU"
+    vendor = vendor_label(m)
+    begin, end = docs_markers(vendor)
     parts = [
-        DOCS_BEGIN,
-        "## Side by side: eager, Inductor and max_backend",
+        begin,
+        f"## Side by side on {vendor}: eager, Inductor and max_backend",
         "",
         f"`{results['command']}`, {results['duration_s'] / 60:.0f} minutes on "
-        f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {gpu}; "
+        f"{cpu_line(m)}, {gpu}; memory read {m.get('read_gbps', '-')} GB/s; "
+        f"vendor BLAS: {m.get('vendor_blas', '-')}; "
         f"torch {m['torch']}, max {m['max']}, Python {m['python']}.",
         "",
         "Each row is one fresh process: the first call (compile and one run; "
@@ -167,30 +179,21 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         tabulate(table(rows), headers=HEADERS, tablefmt="github"),
         "",
-        f"![speedup over eager]({CHART})",
+        f"![speedup over eager on {vendor}]({chart_name(vendor)})",
         "",
         "### Performance targets",
         "",
         tabulate(targets(rows, results["overhead"]), TARGET_HEADERS, "github"),
         "",
-        DOCS_END,
+        end,
     ]
     return "\n".join(parts)
 
 
 def write_docs(results: dict[str, Any], docs: Path) -> None:
-    """Replace the suite's section of docs/benchmarks.md and redraw the chart."""
-    chart(results["rows"], docs / CHART)
-    page = docs / "benchmarks.md"
-    text = page.read_text()
-    section = markdown(results)
-    if DOCS_BEGIN in text and DOCS_END in text:
-        head, rest = text.split(DOCS_BEGIN, 1)
-        tail = rest.split(DOCS_END, 1)[1]
-        text = head + section + tail
-    else:  # first run: the suite's section goes first, after the page's intro
-        marker = "\n## "
-        at = text.find(marker)
-        at = len(text) if at < 0 else at + 1
-        text = text[:at] + section + "\n\n" + text[at:]
-    page.write_text(text)
+    """Replace this CPU vendor's suite section of docs/benchmarks.md and
+    redraw its chart; the other vendor's stay."""
+    vendor = vendor_label(results["machine"])
+    chart(results["rows"], docs / chart_name(vendor))
+    begin, end = docs_markers(vendor)
+    replace_section(docs / "benchmarks.md", begin, end, markdown(results))

@@ -11,8 +11,8 @@ the process's peak memory and the largest difference from eager PyTorch's
 output; a second fresh process over the caches the first one filled measures
 the warm compile. Then a micro-benchmark times the per-call overhead of a tiny
 compiled graph against MAX's own execute. Results: a table on the terminal,
-JSON (``--json``), and with ``--docs`` the suite's section of
-docs/benchmarks.md and its chart, docs/speedup.png.
+JSON (``--json``), and with ``--docs`` this CPU vendor's section of
+docs/benchmarks.md and its chart, docs/speedup-<vendor>.png.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -30,8 +29,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from benchmarks import cases, report
+from benchmarks import bandwidth, cases, report
 from benchmarks.child import ChildFailed, child_json
+from benchmarks.machine import cpu_line, machine, product_timings_carried
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ("eager", "inductor", "max")
@@ -73,7 +73,10 @@ def measure(case: str, backend: str, args: argparse.Namespace) -> dict[str, Any]
     """The cold process (all figures) then the warm one (first call only)."""
     common = ["--runs", str(args.runs), "--seconds", str(args.seconds)]
     child = ["--child", case, backend, *common]
-    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-") as tmp,
+        product_timings_carried(Path(tmp) if args.caches == "cold" else None),
+    ):
         directory = Path(tmp) if args.caches == "cold" else None
         env = _cache_env(directory)
         try:
@@ -90,30 +93,6 @@ def measure(case: str, backend: str, args: argparse.Namespace) -> dict[str, Any]
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
     """Per-call overhead of a tiny 2-input graph, in its own process."""
     return _spawn(["--overhead"], _cache_env(None), args.timeout)
-
-
-def machine() -> dict[str, Any]:
-    import max as max_package
-    import torch
-
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(memory / 2**30, 1),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "max": getattr(max_package, "__version__", "26.7.0"),
-    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,6 +144,14 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
 
     start = time.perf_counter()
+    here = machine()
+    read = bandwidth.measure()
+    here["read_gbps"] = round(read["gbps"], 1)
+    print(
+        f"machine: {cpu_line(here)}; memory read {read['gbps']:.1f} GB/s; "
+        f"vendor BLAS: {here['vendor_blas']}",
+        flush=True,
+    )
     rows = []
     for name in models:
         for backend in backends:
@@ -173,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
     call = overhead(args)
     results = {
-        "machine": machine(),
+        "machine": here,
         "command": "python -m benchmarks.run " + " ".join(argv or sys.argv[1:]),
         "duration_s": time.perf_counter() - start,
         "rows": rows,

@@ -69,33 +69,46 @@ def test_speedups_and_targets():
     assert overhead[2].startswith("1.25x") and overhead[3] == "yes"
 
 
-def test_docs_section_is_replaced_and_chart_drawn(tmp_path):
-    page = tmp_path / "benchmarks.md"
-    page.write_text("# Benchmarks\n\nIntro.\n\n## Compile time\n\nOld table.\n")
-    results = {
+def _results(vendor: str) -> dict:
+    return {
         "machine": {
-            "cpu": "Test CPU",
+            "cpu": f"Test {vendor} CPU",
+            "cpu_vendor": vendor,
+            "last_level_cache": "L3 32 MiB",
             "cores": 2,
             "memory_gib": 23.0,
             "gpu": None,
             "python": "3.11",
             "torch": "2.13.0",
             "max": "26.7.0",
+            "read_gbps": 30.5,
+            "vendor_blas": "mkl 2026.2.0",
         },
         "command": "python -m benchmarks.run",
         "duration_s": 600.0,
         "rows": ROWS,
         "overhead": OVERHEAD,
     }
-    report.write_docs(results, tmp_path)
-    report.write_docs(results, tmp_path)  # a second run replaces, never appends
+
+
+def test_each_cpu_vendor_keeps_its_own_section_and_chart(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\nIntro.\n\n## Compile time\n\nOld table.\n")
+    report.write_docs(_results("Intel"), tmp_path)
+    report.write_docs(_results("AMD"), tmp_path)
+    report.write_docs(_results("AMD"), tmp_path)  # a second run replaces, never appends
     text = page.read_text()
-    assert text.count(report.DOCS_BEGIN) == 1 and text.count(report.DOCS_END) == 1
-    assert text.index("Intro.") < text.index(report.DOCS_BEGIN)
-    assert text.index(report.DOCS_END) < text.index("## Compile time")
-    assert "Test CPU, 2 cores" in text and "10 minutes" in text
-    assert "| mlp     | max" in text and "BERT-base over eager" in text
-    assert (tmp_path / report.CHART).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for vendor in ("AMD", "Intel"):
+        begin, end = report.docs_markers(vendor)
+        assert text.count(begin) == 1 and text.count(end) == 1
+        assert text.index("Intro.") < text.index(begin)
+        assert text.index(end) < text.index("## Compile time")
+        assert f"Test {vendor} CPU ({vendor}, L3 32 MiB), 2 cores" in text
+        chart = tmp_path / report.chart_name(vendor)
+        assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert text.index("on Intel:") < text.index("on AMD:")  # first run first
+    assert "memory read 30.5 GB/s; vendor BLAS: mkl 2026.2.0" in text
+    assert "10 minutes" in text and "| mlp     | max" in text
 
 
 def test_unknown_model_or_backend_is_refused(capsys):
@@ -105,3 +118,29 @@ def test_unknown_model_or_backend_is_refused(capsys):
     with pytest.raises(SystemExit):
         run_main(["--backends", "eager,tvm"])
     assert "unknown backend 'tvm'" in capsys.readouterr().err
+
+
+def test_a_cold_run_keeps_the_machines_product_timings(tmp_path, monkeypatch):
+    import json
+
+    from benchmarks.machine import product_timings_carried
+    from torch_max_backend.storage.cache_dir import own_cache_dir
+    from torch_max_backend.storage.product_choices import DIRECTORY
+
+    monkeypatch.setenv("MODULAR_DERIVED_PATH", str(tmp_path / "user"))
+    own = own_cache_dir() / DIRECTORY
+    own.mkdir(parents=True)
+    table = {"version": 1, "machine": "m", "choices": {"a": {"choice": "matmul"}}}
+    (own / "t.json").write_text(json.dumps(table))
+    fresh = tmp_path / "fresh"
+    with product_timings_carried(fresh):
+        # What a child with MODULAR_DERIVED_PATH=fresh reads, and then adds.
+        monkeypatch.setenv("MODULAR_DERIVED_PATH", str(fresh))
+        carried = own_cache_dir() / DIRECTORY / "t.json"
+        seen = json.loads(carried.read_text())
+        assert seen["choices"] == table["choices"]
+        seen["choices"]["b"] = {"choice": "vendor"}
+        carried.write_text(json.dumps(seen))
+        monkeypatch.setenv("MODULAR_DERIVED_PATH", str(tmp_path / "user"))
+    merged = json.loads((own / "t.json").read_text())["choices"]
+    assert merged == {"a": {"choice": "matmul"}, "b": {"choice": "vendor"}}

@@ -87,14 +87,18 @@ def test_table_marks_a_backend_whose_graph_ran_in_pytorch():
     assert row[5] == row[6] == "failed"  # no passive or one-thread run
 
 
-def test_docs_section_is_replaced(tmp_path, monkeypatch):
+def test_docs_section_is_replaced_for_this_cpu_vendor_only(tmp_path, monkeypatch):
     page = tmp_path / "docs" / "benchmarks.md"
     page.parent.mkdir()
-    page.write_text(f"# B\n\n{decode.DOCS_BEGIN}\nold\n{decode.DOCS_END}\n\n## After\n")
+    here = decode.vendor_label(decode.machine())
+    other = "Intel" if here == "AMD" else "AMD"
+    (b1, e1), (b2, e2) = decode.docs_markers(here), decode.docs_markers(other)
+    page.write_text(f"# B\n\n{b1}\nold\n{e1}\n\n{b2}\nkept\n{e2}\n\n## After\n")
     monkeypatch.setattr(decode, "ROOT", tmp_path)
-    decode.write_docs(f"{decode.DOCS_BEGIN}\nnew\n{decode.DOCS_END}")
+    decode.write_docs(f"{b1}\nnew\n{e1}")
     text = page.read_text()
-    assert "new" in text and "old" not in text and text.endswith("## After\n")
+    assert "new" in text and "old" not in text and "kept" in text
+    assert text.endswith("## After\n")
 
 
 def test_first_token_table_reads_full_and_first_only_runs():

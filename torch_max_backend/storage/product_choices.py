@@ -29,7 +29,7 @@ from .bundle import cpu_target
 from .cache_dir import own_cache_dir
 
 FORMAT_VERSION = 1
-_DIR = "product_choices"
+DIRECTORY = "product_choices"
 _log = logs.get_logger("cache")
 _lock = threading.Lock()
 
@@ -45,7 +45,7 @@ def machine_identity(vendor_library: str) -> str:
 def table_path(identity: str) -> Path:
     """The table of the machine ``identity``."""
     digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
-    return own_cache_dir() / _DIR / f"{digest}.json"
+    return own_cache_dir() / DIRECTORY / f"{digest}.json"
 
 
 def _read(path: Path) -> dict[str, Any]:
