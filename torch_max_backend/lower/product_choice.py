@@ -25,7 +25,6 @@ or one strategy's name for every product it fits.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import logs
 from ..kernels import vendor_blas
 from ..settings import PRODUCT_STRATEGIES
 from ..storage.product_choices import ProductChoices, machine_identity
@@ -41,7 +41,7 @@ from .registry import Strategy
 
 AUTO = "auto"
 
-_log = logging.getLogger("torch_max_backend.compile")
+_log = logs.get_logger("compile")
 _setting = AUTO
 _table: ProductChoices | None = None
 # Smaller products take the rules: their time is mostly a kernel's fixed cost.
