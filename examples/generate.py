@@ -10,10 +10,10 @@ prints the decode speed of both in tokens per second.
 
     python examples/generate.py [--model llama|gpt2] [--layers 2] [--new-tokens 16]
 
-On CPU, ``torch.set_num_threads(1)`` before generating keeps PyTorch's
-OpenMP threads from spinning on the cores MAX's kernels need between decode
-steps (README, "Modes"); this script leaves PyTorch's threads as they are,
-so that eager runs at its own best.
+On CPU the backend keeps PyTorch's OpenMP threads from spinning on the
+cores MAX's kernels need between decode steps (``quiet_torch_threads``,
+README, "Modes"); this script leaves PyTorch's thread count as it is, so
+that eager runs at its own best.
 """
 
 from __future__ import annotations
