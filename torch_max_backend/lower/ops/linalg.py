@@ -96,16 +96,25 @@ SKINNY_MAX_ROWS = 8
 SKINNY_MIN_WEIGHT = 1 << 15
 
 
-def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
-    """At most 8 float32 rows (or a symbolic number first seen at 8 or fewer) times a weight of 2^15 elements or more, either layout, static, on the CPU (decode steps; a Mojo kernel streams the weight once)."""
-    rows, weight_node = _operands(node)
-    weight = fake_tensor(weight_node)
+def _cpu_float32_static(rows: torch.Tensor, weight: torch.Tensor) -> str | None:
+    """What our CPU product kernels need: float32 operands on the CPU, K and
+    the weight static (the row count may be symbolic)."""
     if rows.dtype != torch.float32 or weight.dtype != torch.float32:
         return "not float32"
     if rows.device.type != "cpu":
         return "not on the CPU"
-    if not is_static(rows.shape[1:]) or not is_static(weight.shape):
+    if rows.dim() != 2 or not is_static(rows.shape[1:]) or not is_static(weight.shape):
         return "symbolic sizes"
+    return None
+
+
+def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
+    """At most 8 float32 rows (or a symbolic number first seen at 8 or fewer) times a weight of 2^15 elements or more, either layout, static, on the CPU (decode steps; a Mojo kernel streams the weight once)."""
+    rows, weight_node = _operands(node)
+    weight = fake_tensor(weight_node)
+    unfit = _cpu_float32_static(rows, weight)
+    if unfit is not None:
+        return unfit
     # A symbolic count by the value it was captured with.
     count = size_hint(rows.shape[0])
     if count is None or not 0 < count <= SKINNY_MAX_ROWS:
@@ -115,16 +124,21 @@ def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
     return None
 
 
+def _stored_weight(mat2: TensorValue) -> tuple[TensorValue, bool]:
+    """The weight as it is stored, and whether that is [N, K] (a Linear's,
+    which the graph reads transposed): MAX folds the transpose taken here
+    into the graph's, so a kernel reads the weight's own memory."""
+    _, weight = _operands(current().node)
+    stored_nk = _reads_stored_rows(weight)
+    return (ops.transpose(mat2, 0, 1) if stored_nk else mat2), stored_nk
+
+
 def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     # MAX's matmul streams a large weight at about half the memory's speed for
     # one to eight rows, and a few shapes of a weight stored [K, N] at a tenth
     # (benchmarks.gemm --rows 1 and 8); this kernel reads each stored weight
     # row once, front to back.
-    _, weight = _operands(current().node)
-    stored_nk = _reads_stored_rows(weight)
-    # MAX folds this transpose into the one the graph applied: the kernel
-    # reads the weight's own memory.
-    stored = ops.transpose(mat2, 0, 1) if stored_nk else mat2
+    stored, stored_nk = _stored_weight(mat2)
     (product,) = custom(
         SHIPPED,
         "torch_max_backend_skinny_matmul",
@@ -141,13 +155,9 @@ def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
 def vendor_fits(node: torch.fx.Node) -> str | None:
     """float32 rows times a 2-d weight with static sizes on the CPU, where a vendor BLAS (MKL) was found (kernels/vendor_blas.py); chosen by measurement or by product_strategy, never by rule."""
     rows, weight_node = _operands(node)
-    weight = fake_tensor(weight_node)
-    if rows.dtype != torch.float32 or weight.dtype != torch.float32:
-        return "not float32"
-    if rows.device.type != "cpu":
-        return "not on the CPU"
-    if rows.dim() != 2 or not is_static(rows.shape[1:]) or not is_static(weight.shape):
-        return "symbolic sizes"
+    unfit = _cpu_float32_static(rows, fake_tensor(weight_node))
+    if unfit is not None:
+        return unfit
     if vendor_blas.vendor_blas() is None:
         return "no vendor BLAS on this machine"
     return None
@@ -168,10 +178,7 @@ def product_shape(node: torch.fx.Node) -> ProductShape | None:
 def _vendor_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     found = vendor_blas.vendor_blas()
     assert found is not None  # vendor_fits checked
-    _, weight = _operands(current().node)
-    stored_nk = _reads_stored_rows(weight)
-    # As for the skinny kernel: MAX folds this transpose into the graph's.
-    stored = ops.transpose(mat2, 0, 1) if stored_nk else mat2
+    stored, stored_nk = _stored_weight(mat2)
     (result,) = custom(
         vendor_blas.VENDOR_KERNELS,
         "torch_max_backend_vendor_matmul",
