@@ -6,7 +6,9 @@ runs float32 products on Intel Xeons faster than MAX's matmul kernel does
 (kernels/mojo_vendor) calls its ``cblas_sgemm`` through ``dlopen`` from MAX's
 worker threads, each call single-threaded over a slice of the output: MAX's
 threads are the only pool, so MKL's threading layer is set to "sequential"
-when the library is found.
+when the library is found. That is process-wide for this ``libmkl_rt``:
+another library calling it in the process (pip's numpy and PyTorch do not;
+PyTorch links its own MKL) would then run MKL on one thread too.
 
 Found at run time, never required: without it (another platform, the
 package not installed, ``TORCH_MAX_BACKEND_VENDOR_BLAS=off``) no product
