@@ -37,8 +37,9 @@ from tabulate import tabulate
 
 from benchmarks import bandwidth
 from benchmarks.child import ChildFailed, child_json
-from benchmarks.docs_sections import markers, replace_section, vendor_label
-from benchmarks.machine import cpu_line, machine, product_timings_carried
+from benchmarks.decode_docs import docs_markers, machine_line, markdown
+from benchmarks.docs_sections import replace_section, vendor_label
+from benchmarks.machine import machine, product_timings_carried
 
 BACKENDS = ("eager", "inductor", "max")
 # max_backend's runs: (key, what the table calls it). PyTorch's OpenMP threads
@@ -50,12 +51,6 @@ MAX_RUNS = (
     ("max_one_thread", "1-thread max"),
 )
 ROOT = Path(__file__).resolve().parent.parent
-COMMAND = "python -m benchmarks.decode --docs"
-
-
-def docs_markers(vendor: str) -> tuple[str, str]:
-    """The decode section's markers for a CPU vendor's run."""
-    return markers("decode", vendor, COMMAND)
 
 
 def build(name: str) -> Any:
@@ -268,78 +263,6 @@ def _first_token_rows(results: dict[str, Any], batch: str) -> list[list[str]]:
     return rows
 
 
-def _machine() -> str:
-    import transformers
-
-    m = machine()
-    return (
-        f"{cpu_line(m)}; vendor BLAS: {m['vendor_blas']}; torch {m['torch']}, "
-        f"max {m['max']}, transformers {transformers.__version__}"
-    )
-
-
-def _markdown(
-    tables: tuple[str, str],
-    args: argparse.Namespace,
-    read: dict[str, Any],
-    minutes: float,
-) -> str:
-    vendor = vendor_label(machine())
-    begin, end = docs_markers(vendor)
-    return "\n".join(
-        [
-            begin,
-            f"## Decoding on {vendor}: transformers' generate() with a static KV cache",
-            "",
-            f"`python -m benchmarks.decode --docs`, {minutes:.0f} minutes on "
-            f"{_machine()}.",
-            "",
-            f"Prompt {args.prompt} tokens, {args.new_tokens} new tokens, greedy, "
-            "random weights; GPT-2 small (124M parameters, LM head tied to the "
-            "embedding) and a llama-style model (8 layers, 512 wide, 8 query and 4 "
-            "key/value heads, 32k vocabulary, 58M parameters). *tok/s* is decode "
-            "only (prefill left out), the median of "
-            f"{args.runs} runs. *max*: default settings, under which the backend "
-            "quiets PyTorch's OpenMP threads itself (`quiet_torch_threads`: they "
-            "sleep soon after each of generate()'s eager ops instead of "
-            "spinning). *OMP passive*: max_backend in a process started "
-            "with `OMP_WAIT_POLICY=PASSIVE`, so that PyTorch's OpenMP threads sleep "
-            "after each of generate()'s eager ops instead of spinning on the cores "
-            "MAX's kernels need next; eager and Inductor keep PyTorch's default, "
-            "which suits them (the ratios compare with those). *1 torch "
-            "thread*: max_backend in a process that called "
-            "`torch.set_num_threads(1)` first, so that generate()'s eager ops "
-            "(small: transformers runs the prefill eagerly, which the tokens/s "
-            "leave out) start no OpenMP threads at all. "
-            "The bound is the memory read bandwidth over the bytes "
-            "a decode step must read: the weights once and the KV cache attended. "
-            f"Read bandwidth here: {read['gbps']:.1f} GB/s ({read['how']}). "
-            "Each backend's process runs the batch sizes in this order, so "
-            "every batch size after the first reaches the backend as a graph "
-            "whose batch is symbolic (Dynamo's automatic dynamic shapes; "
-            "CompileConfig's dynamic=None), as for any user who generates at a "
-            "second batch size. *ran in PyTorch*: a graph fell back "
-            "(FallbackWarning).",
-            "",
-            tables[0],
-            "",
-            f"Time to the first decoded token at batch {args.batches[0]}: a fresh "
-            "process's first generate() of two tokens (the prefill's and one "
-            "decode step's), compiling included; *empty caches*: every compile "
-            "cache empty but this machine's product timings (taken once per "
-            "machine: a run that had to take them shows it here); *warm*: a "
-            "second fresh process over the caches the first "
-            "filled; *background compile*: `TORCH_MAX_BACKEND_BACKGROUND_COMPILE=1`"
-            ", the decode step running in PyTorch until its MAX graph is ready. "
-            "Seconds:",
-            "",
-            tables[1],
-            "",
-            end,
-        ]
-    )
-
-
 def write_docs(section: str) -> None:
     """Replace this CPU vendor's decode section; the other vendor's stays."""
     begin, end = docs_markers(vendor_label(machine()))
@@ -417,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_measure(name, backend, args)), flush=True)
         return
     started = time.perf_counter()
-    print(f"machine: {_machine()}", flush=True)
+    print(f"machine: {machine_line()}", flush=True)
     read = bandwidth.measure()
     print(f"memory read bandwidth: {read['gbps']:.1f} GB/s ({read['how']})")
     results = {name: _model_runs(name, args) for name in args.models.split(",")}
@@ -439,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     print(speed, first, sep="\n\n")
     minutes = (time.perf_counter() - started) / 60
     if args.docs:
-        write_docs(_markdown((speed, first), args, read, minutes))
+        write_docs(markdown((speed, first), args, read, minutes))
 
 
 if __name__ == "__main__":
