@@ -30,7 +30,7 @@ from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 
 from .. import logs
-from .library import SHIPPED, MojoLibrary
+from .library import SHIPPED, MojoLibrary, custom
 from .vendor_blas import VENDOR_KERNELS, vendor_blas
 
 FORMS = ("row_sums", "skinny", "matmul", "vendor")
@@ -57,19 +57,17 @@ def _custom(
     kernels: MojoLibrary, kernel: str, **parameters: bool | int | str
 ) -> Callable[[TensorValue, TensorValue, bool], TensorValue]:
     def build(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
-        graph = Graph.current
-        if kernels.path() not in graph.kernel_libraries_paths:
-            graph._import_kernels([kernels.path()])
         n = w.shape[0] if weight_nk else w.shape[1]
         out = TensorType(DType.float32, [x.shape[0], n], x.device)
-        (y,) = ops.custom(
+        (y,) = custom(
+            kernels,
             kernel,
-            x.device,
             [x, w],
             [out],
-            parameters={**parameters, "weight_nk": weight_nk},
+            x.device,
+            {**parameters, "weight_nk": weight_nk},
         )
-        return y.tensor
+        return y
 
     return build
 

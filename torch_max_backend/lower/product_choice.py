@@ -73,10 +73,6 @@ def set_product_strategy(value: str) -> None:
     _setting = value
 
 
-def product_strategy() -> str:
-    return _setting
-
-
 @dataclass(frozen=True)
 class ProductShape:
     """``x[rows, k] @ W``, W stored [k, n] or [n, k] (``weight_nk``)."""
@@ -140,8 +136,10 @@ def choose_by_measurement(
         if _setting != AUTO:
             return fitting[0]
         shape = shape_of(node)
-        work = None if shape is None else math.prod((shape.rows, shape.k, shape.n))
-        if shape is None or work is None or work < MIN_TIMED_WORK:
+        if shape is None:
+            return fitting[0]
+        work = math.prod((shape.rows, shape.k, shape.n))
+        if work < MIN_TIMED_WORK:
             return fitting[0]
         names = list(by_name)
         if work <= SUMMED_PRODUCT_LIMIT:

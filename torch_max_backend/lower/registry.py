@@ -206,10 +206,12 @@ def lowering_strategies(
 def chosen_strategy(
     ranked: Sequence[Strategy], node: torch.fx.Node, choose: Chooser | None = None
 ) -> Strategy | None:
+    if choose is None:
+        return next((s for s in ranked if s.reason(node) is None), None)
     fitting = [s for s in ranked if s.reason(node) is None]
     if not fitting:
         return None
-    return fitting[0] if choose is None or len(fitting) == 1 else choose(node, fitting)
+    return fitting[0] if len(fitting) == 1 else choose(node, fitting)
 
 
 def strategies_of(fn: LoweringFn) -> tuple[Strategy, ...]:
