@@ -1,6 +1,7 @@
 """Per-call overhead of a compiled graph: ours against MAX's bare execute.
 
-    python benchmarks/call_overhead.py [--params 0] [--runs 2000] [--background]
+    python -m benchmarks.call_overhead [--params 0] [--runs 2000] [--background]
+    python -m benchmarks.call_overhead --model t5 [--backend max|peer]
 
 Compiles ``x + y * 2`` (plus ``--params`` parameter-like inputs added in), then
 times eager PyTorch, the compiled function, and the underlying MAX model
@@ -11,18 +12,18 @@ the four are timed in interleaved rounds and each figure is the median over
 the rounds; the ratio is the median of the per-round ratios. With
 ``--background`` the function is compiled with ``background_compile`` and
 timed after the switch to MAX (its calls then pass through the switch).
+With ``--model`` a small model's call is split instead: Dynamo, AOTAutograd,
+our call path and MAX's execute (benchmarks/call_split.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
 import torch
-
-from torch_max_backend import max_backend
-from torch_max_backend.runtime.compiled_graph import CompiledGraph, as_buffer
 
 
 def per_call_us(fn, runs: int) -> float:
@@ -42,6 +43,9 @@ def measure(
 ) -> dict[str, float]:
     """Microseconds per call: eager, torch.compile(max), our CompiledGraph
     alone, and MAX's execute on ready buffers; ``runs`` calls of each in all."""
+    from torch_max_backend import max_backend
+    from torch_max_backend.runtime.compiled_graph import CompiledGraph, as_buffer
+
     weights = [torch.randn(16) for _ in range(params)]
 
     def fn(x, y):
@@ -77,7 +81,7 @@ def measure(
         "eager_us": lambda: fn(x, y),
         "compiled_us": lambda: compiled(x, y),
         "graph_us": lambda: graph([x, y, *weights]),
-        "execute_us": lambda: graph._execute(buffers),
+        "execute_us": lambda: graph._run[0](buffers),
     }
     rounds: dict[str, list[float]] = {key: [] for key in timed}
     with torch.no_grad():
@@ -97,7 +101,24 @@ def main() -> None:
     parser.add_argument("--params", type=int, default=0)
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--background", action="store_true")
+    parser.add_argument(
+        "--model",
+        help="split a small model's call: t5, deberta-v2, llama or gpt2-decode",
+    )
+    parser.add_argument("--backend", choices=("max", "peer"), default="max")
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.model:
+        from benchmarks import call_split
+
+        figures = call_split.split(args.model, args.backend, args.calls)
+        print(
+            json.dumps(figures)
+            if args.json
+            else "\n".join(call_split.describe(figures))
+        )
+        return
     m = measure(args.params, args.runs, args.background)
     print(f"inputs: 2 + {args.params} parameter-like tensors")
     print(f"eager PyTorch            {m['eager_us']:8.1f} us")

@@ -104,6 +104,19 @@ def fixed_product_rules(
 
 
 @pytest.fixture(autouse=True)
+def without_product_upgrades(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No graph compiles its matmul version in the background (each would be
+    a MAX compile of about 70 s on a cold cache, for graphs whose checks are
+    done); tests of upgrades are marked ``product_upgrades``."""
+    if request.node.get_closest_marker("product_upgrades"):
+        monkeypatch.delenv("TORCH_MAX_BACKEND_UPGRADE_PRODUCTS", raising=False)
+        return
+    monkeypatch.setenv("TORCH_MAX_BACKEND_UPGRADE_PRODUCTS", "0")
+
+
+@pytest.fixture(autouse=True)
 def without_warm_starts(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -42,6 +42,7 @@ ROOMS: dict[str, str] = {
     "backend": "backend",
     "background": "backend",
     "warm_start": "backend",
+    "product_upgrade": "backend",
     "deferred": "backend",
     "graph_builds": "backend",
     "cli": "cli",

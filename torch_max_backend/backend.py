@@ -29,7 +29,6 @@ from .fallback import warn as warn_fallback
 from .graph_builds import GraphBuilds, caller_outputs
 from .logs import show_on_stderr
 from .lower.builder import (
-    BuiltGraph,
     CallerOutputs,
     check_supported,
     computes_nothing,
@@ -40,6 +39,7 @@ from .lower.families import register_families
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
 from .plan import GraphPlan
+from .product_upgrade import start_upgrade, upgrades
 from .runtime import huge_pages, torch_threads
 from .runtime.compile_workers import worker_count
 from .runtime.compiled_graph import CompiledGraph
@@ -96,13 +96,17 @@ def compile_aten_graph(
     if fingerprint is not None and not _graphs_log.isEnabledFor(logging.DEBUG):
         warm = start_warm(gm, fingerprint, settings)
         if warm is not None:
-            return _compiled_graph(
+            compiled = _compiled_graph(
                 warm.plan,
                 warm.constants,
                 settings,
                 name,
                 (warm.model, warm.token, True, warm.seconds),
             )
+            if upgrades(settings, warm.plan, warm.largest_sum):
+                builds = GraphBuilds(gm, layouts, settings.summed_products)
+                start_upgrade(builds, gm, compiled, warm.plan, fingerprint, settings)
+            return compiled
     if settings.background_compile:
         return compile_in_background(
             name,
@@ -180,7 +184,7 @@ def _start_compile(
         blocks: list[Future] = []
 
         def start_block(block: torch.fx.GraphModule, block_name: str) -> Future:
-            blocks.append(_start_max(block, builds.build(block), settings, block_name))
+            blocks.append(_start_max(block, builds, settings, block_name))
             return blocks[-1]
 
         finish_split = start_split(gm, placement, name, start_block)
@@ -192,7 +196,7 @@ def _start_compile(
             return make_boxed_func(split.forward)
 
         return finish_blocks
-    ready = _start_max(gm, whole, settings, name, fingerprint)
+    ready = _start_max(gm, builds, settings, name, fingerprint)
     when_all_done([ready], when_ready)
 
     def finish_whole() -> Callable[[list], list]:
@@ -222,14 +226,17 @@ def _in_pytorch(
 
 def _start_max(
     gm: torch.fx.GraphModule,
-    built: BuiltGraph,
+    builds: GraphBuilds,
     settings: Settings,
     name: str,
     fingerprint: str | None = None,
 ) -> Future[CompiledGraph]:
     """Start compiling one ATen graph, every op of which MAX can run, as one
-    MAX graph; the future raises ``MaxCompilerError`` when MAX refuses it.
-    With a ``fingerprint``, the compiled graph is recorded under it."""
+    MAX graph (built by ``builds``); the future raises ``MaxCompilerError``
+    when MAX refuses it. With a ``fingerprint``, the compiled graph is
+    recorded under it. A graph of summed products starts its upgrade to
+    MAX's matmul once running (product_upgrade.py)."""
+    built = builds.build(gm)
     if _graphs_log.isEnabledFor(logging.DEBUG):
         _graphs_log.debug("torch-max-backend: MAX graph %s:\n%s", name, built.graph)
     start = time.perf_counter()
@@ -253,15 +260,16 @@ def _start_max(
                 if fingerprint is not None:
                     remember(fingerprint, built, record)
             seconds = time.perf_counter() - start
-            ready.set_result(
-                _compiled_graph(
-                    built.plan,
-                    built.constants,
-                    settings,
-                    name,
-                    (model, token, cached, seconds),
-                )
+            compiled = _compiled_graph(
+                built.plan,
+                built.constants,
+                settings,
+                name,
+                (model, token, cached, seconds),
             )
+            if model is not None and upgrades(settings, built.plan, built.largest_sum):
+                start_upgrade(builds, gm, compiled, built.plan, fingerprint, settings)
+            ready.set_result(compiled)
         except BaseException as e:
             ready.set_exception(e)
 

@@ -32,6 +32,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from . import logs
 from .errors import MaxCompilerError, first_line
 from .fallback import FallbackWarning
+from .product_upgrade import unfinished_upgrades
 from .runtime import stats
 from .runtime.compile_workers import track, worker_count
 from .runtime.module_batch import gathered
@@ -291,7 +292,8 @@ def _job_done(future: Future) -> None:
 
 
 def wait_compiled(timeout: float | None = None) -> bool:
-    """Block until every background compile started so far has finished.
+    """Block until every background compile started so far has finished,
+    and every graph's upgrade to MAX's matmul (product_upgrade.py).
 
     Returns False when ``timeout`` seconds passed first. A compile that
     failed under ``strict`` is raised here (once), as by its graph's next call.
@@ -299,7 +301,8 @@ def wait_compiled(timeout: float | None = None) -> bool:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         with _lock:
-            jobs = list(_jobs)
+            jobs: list[Future] = list(_jobs)
+        jobs += unfinished_upgrades()
         if not jobs:
             break
         left = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -59,6 +59,10 @@ class GraphBuilds:
         self._summed_products = summed_products
         self._built: dict[tuple[tuple[str, str], ...], BuiltGraph] = {}
 
+    def with_matmuls(self) -> GraphBuilds:
+        """Builds of the same graphs with every product on MAX's matmul."""
+        return GraphBuilds(self._whole, self._eager_layouts, summed_products=False)
+
     def _layouts(self, gm: torch.fx.GraphModule) -> CallerOutputs | None:
         if gm is self._whole or self._eager_layouts == ALL_OUTPUTS:
             return self._eager_layouts

@@ -109,6 +109,11 @@ class Settings:
             product runs within tens of microseconds of it
             (lower/products.py). False, or mode "max-autotune": MAX's
             matmul for every product.
+        upgrade_products: once a graph with summed products runs, compile
+            its matmul version in a compile worker process and switch the
+            graph's calls to it when loaded; later processes start on it
+            (product_upgrade.py). Only where compiles run in worker
+            processes (``compile_workers`` above 1).
         huge_pages: on Linux 6.1 or later, ask the kernel to move each CPU
             weight of 2 MiB or more that a MAX graph reads onto 2 MiB pages
             (``MADV_COLLAPSE``, in place, in the background): a decode step
@@ -142,6 +147,7 @@ class Settings:
     background_compile: bool = False
     compile_workers: int | None = None
     summed_products: bool = True
+    upgrade_products: bool = True
     huge_pages: bool = True
     product_strategy: str = "auto"
     quiet_torch_threads: bool = True
@@ -157,6 +163,7 @@ class Settings:
         "background_compile": ("TORCH_MAX_BACKEND_BACKGROUND_COMPILE",),
         "compile_workers": ("TORCH_MAX_BACKEND_COMPILE_WORKERS",),
         "summed_products": ("TORCH_MAX_BACKEND_SUMMED_PRODUCTS",),
+        "upgrade_products": ("TORCH_MAX_BACKEND_UPGRADE_PRODUCTS",),
         "huge_pages": ("TORCH_MAX_BACKEND_HUGE_PAGES",),
         "product_strategy": ("TORCH_MAX_BACKEND_PRODUCT_STRATEGY",),
         "quiet_torch_threads": ("TORCH_MAX_BACKEND_QUIET_TORCH_THREADS",),

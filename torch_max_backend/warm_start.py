@@ -46,6 +46,8 @@ class WarmGraph:
     model: Model
     token: Hold
     seconds: float
+    # The recorded graph's largest summed product (product_upgrade.py).
+    largest_sum: int = 0
 
 
 def start_warm(
@@ -86,7 +88,15 @@ def start_warm(
     record_stats(warm_starts=1)
     seconds = time.perf_counter() - start
     _log.debug("torch-max-backend: warm start from %s in %.3fs", path, seconds)
-    return WarmGraph(plan, inputs.constants, model, token, seconds)
+    summed = saved.get("largest_sum")
+    return WarmGraph(
+        plan,
+        inputs.constants,
+        model,
+        token,
+        seconds,
+        summed if isinstance(summed, int) else 0,
+    )
 
 
 def _file_name(name: object) -> str:
@@ -96,20 +106,28 @@ def _file_name(name: object) -> str:
     return name
 
 
-def remember(fingerprint: str, built: BuiltGraph, record: CompileRecord) -> None:
+def remember(
+    fingerprint: str,
+    built: BuiltGraph,
+    record: CompileRecord,
+    *,
+    replace: bool = False,
+) -> None:
     """Save the record of a whole graph just compiled (``record``) whose
-    ATen graph has ``fingerprint``."""
+    ATen graph has ``fingerprint``; ``replace``: over an earlier record (a
+    graph's products upgraded, product_upgrade.py)."""
     artifact = record.artifact
     if artifact is None or not artifact.is_file():
         return  # not saved: a later process compiles it anyway
     path = record_path(fingerprint, built.plan.device)
-    if path.is_file():
+    if path.is_file() and not replace:
         return
     write_record(
         path,
         {
             "plan": plan_to_data(built.plan),
             "index_origin": built.index_origin,
+            "largest_sum": built.largest_sum,
             "graph_key": record.key[0],
             "artifact": artifact.name,
             "kernel_libraries": [

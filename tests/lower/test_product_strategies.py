@@ -190,6 +190,19 @@ def test_real_timing_checks_each_form_and_keeps_the_fastest(choice_table):
     assert all(t > 0 for t in entry["us"].values())
 
 
+@needs_vendor
+@pytest.mark.measured_products
+def test_real_timing_runs_inside_a_fake_mode(choice_table):
+    """Choices are asked for inside AOTAutograd's fake mode (the graph's
+    fingerprint, capability checks): the timing still runs real tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    shape = product_choice.ProductShape(rows=4, k=256, n=2304, weight_nk=True)
+    with FakeTensorMode():
+        best = product_choice.measured(shape, ["skinny", "matmul", "vendor"])
+    assert best in ("skinny", "matmul", "vendor")
+
+
 def test_the_chosen_strategy_is_part_of_the_fingerprint():
     register_families()
     gm = make_fx(F.linear, tracing_mode="fake")(

@@ -31,6 +31,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import logs
 from ..kernels import vendor_blas
@@ -105,7 +106,10 @@ def measured(shape: ProductShape, forms: list[str]) -> str | None:
     from ..kernels.product_timing import time_forms
 
     try:
-        times = time_forms(shape.rows, shape.k, shape.n, shape.weight_nk, forms)
+        # Asked for inside AOTAutograd's fake mode too (the fingerprint,
+        # capability checks), where torch would make the operands fake.
+        with unset_fake_temporarily():
+            times = time_forms(shape.rows, shape.k, shape.n, shape.weight_nk, forms)
     except Exception as e:  # a failed timing must not fail the compile
         _log.warning("torch-max-backend: could not time products %s: %s", key, e)
         return None

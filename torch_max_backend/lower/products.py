@@ -37,6 +37,11 @@ from .shapes import index_along, static_size
 # faster below 100,000); past it the matmul pulls away, 2.8x at 8 million
 # (benchmarks.small_products, docs/benchmarks.md, Intel Xeon 2 cores).
 SUMMED_PRODUCT_LIMIT = 1 << 21
+# From about here up a summed product runs slower than MAX's matmul: a graph
+# with one this large is worth the matmul's compile once it runs
+# (product_upgrade.py; the model check's T5 and llama, 32 x 64 x 64 products,
+# ran 2-3x slower summed, AMD EPYC).
+MATMUL_FASTER_FROM = 1 << 17
 
 _HALF = (DType.float16, DType.bfloat16)
 
@@ -48,6 +53,8 @@ class ProductForms:
         self.sums_allowed = sums_allowed
         self.summed = 0
         self.matmuls = 0
+        # Multiply-adds of the largest product built as a sum.
+        self.largest_sum = 0
 
     @property
     def mixed(self) -> bool:
@@ -158,6 +165,7 @@ def _product(
         and size <= SUMMED_PRODUCT_LIMIT
     ):
         forms.summed += 1
+        forms.largest_sum = max(forms.largest_sum, size)
         return summed(a, make_b()) if rows is None else summed_along_rows(a, rows)
     if forms is not None:
         forms.matmuls += 1

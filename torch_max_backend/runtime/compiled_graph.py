@@ -115,7 +115,13 @@ class CompiledGraph:
         # instance __dict__ and AOTAutograd looks for this flag on them.
         self._boxed_call = True
         self.name = name
-        self._execute = None if model is None else model._execute_device_tensors
+        # MAX's execute, and the outputs it returns in an input's memory
+        # (outputs_sharing_memory; None until the first call finds them):
+        # one attribute, so that switch_model swaps both at once.
+        self._run: tuple[Any, list[int] | None] = (
+            None if model is None else model._execute_device_tensors,
+            None,
+        )
         # Constants (graph attributes, lifted scalars) become MAX buffers once.
         self._plan: list[int | Buffer | object] = [
             _input_item(source.kind, source.index, constants) for source in plan.inputs
@@ -148,10 +154,6 @@ class CompiledGraph:
         self._seen: list[tuple[Any, int, Buffer | None] | None] = [None] * len(
             self._plan
         )
-        # MAX outputs that are an input's own memory (found at the first call:
-        # which outputs MAX aliases is decided when it compiles), copied at
-        # every call (outputs_sharing_memory).
-        self._sharing: list[int] | None = None
 
     @no_type_check
     def _buffers(self, args: list) -> list:
@@ -192,19 +194,32 @@ class CompiledGraph:
             buffers.append(buffer)
         return buffers
 
+    def switch_model(self, model: Model, keeps_model: object) -> None:
+        """Later calls run ``model``, a compile of the same graph plan (the
+        same inputs and outputs; product_upgrade.py). Safe from another
+        thread: a call in flight finishes on the model it started with."""
+        self._run = (model._execute_device_tensors, None)
+        self.keeps_model = keeps_model
+
     @no_type_check
     def _results(self, args: list) -> list:
-        if self._execute is None:
+        run = self._run
+        execute, sharing = run
+        if execute is None:
             return []
         inputs = self._buffers(args)
-        buffers = self._execute(inputs)
+        buffers = execute(inputs)
         if self._on_cpu:
             results = [_from_capsule(b.__dlpack__()) for b in buffers]
         else:
             results = [_to_torch(b) for b in buffers]
-        if self._sharing is None:
-            self._sharing = outputs_sharing_memory(results, inputs)
-        for i in self._sharing:
+        if sharing is None:
+            # Which outputs MAX returns in an input's memory is decided when
+            # it compiles: found once per model, copied at every call.
+            sharing = outputs_sharing_memory(results, inputs)
+            if self._run is run:
+                self._run = (execute, sharing)
+        for i in sharing:
             results[i] = results[i].clone()
         return results
 
@@ -216,7 +231,7 @@ class CompiledGraph:
             return results
         staged = self._stage_mutated(args) if self._mutated else None
         results = self._results(args)
-        if self._checks and results[self._check_output].any():
+        if self._checks and self._refused(results[self._check_output]):
             raise _refusal(results[self._check_output], self._checks)
         for index, output in self._written_back:
             args[index].copy_(results[output])
@@ -242,6 +257,14 @@ class CompiledGraph:
                 outputs.append(value)
         args.clear()
         return outputs
+
+    @no_type_check
+    def _refused(self, flags: torch.Tensor) -> bool:
+        """Whether a check's flag is set. A CPU graph's flags are read as
+        bytes (about 1.5 us less than torch's any(), a reduction of its own)."""
+        if self._on_cpu and flags.dtype is torch.bool:
+            return flags.numpy().tobytes() != bytes(flags.numel())
+        return bool(flags.any())
 
     def _stage_mutated(self, args: list) -> list[tuple[int, torch.Tensor]]:
         """A contiguous stand-in for each mutated input that is not contiguous.

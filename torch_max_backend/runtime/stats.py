@@ -36,6 +36,9 @@ class CompileStats:
             compiled artifact of the same graph (warm_start.py).
         eager_calls: calls of a graph that ran in PyTorch while its MAX
             graph was still compiling in the background.
+        product_upgrades: graphs first compiled with small products built
+            as sums (a quick compile) that switched to a compile of the
+            same graph on MAX's matmul kernel (product_upgrade.py).
         pending: ATen graphs whose MAX graphs are not ready yet (queued,
             building or compiling); a gauge that a reset does not zero.
     """
@@ -49,6 +52,7 @@ class CompileStats:
     compile_seconds: float = 0.0
     warm_starts: int = 0
     eager_calls: int = 0
+    product_upgrades: int = 0
     pending: int = 0
 
 

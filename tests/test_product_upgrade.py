@@ -1,0 +1,104 @@
+"""A graph compiled with summed products switches to MAX's matmul (product_upgrade.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_max_backend import backend as backend_module
+from torch_max_backend import (
+    compile_stats,
+    product_upgrade,
+    reset_compile_stats,
+    wait_compiled,
+    warm_start,
+)
+from torch_max_backend.runtime.compile_workers import worker_count
+from torch_max_backend.settings import Settings
+
+
+def _model(width: int = 64) -> torch.nn.Module:
+    """Over 32 rows: a 32 x 64 x 64 product (the upgrade's threshold) and a
+    small one; ``width=16``: small products only."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 8)
+    ).eval()
+
+
+def _needs_workers() -> None:
+    if worker_count() < 2:
+        pytest.skip("upgrades compile in worker processes: this machine has one")
+
+
+@pytest.mark.product_upgrades
+def test_a_summed_graph_switches_to_matmul_and_records_it(monkeypatch, graph_texts):
+    _needs_workers()
+    remembered = []
+    real_remember = product_upgrade.remember
+
+    def remember(*args, **kwargs):
+        remembered.append((args[1].largest_sum, kwargs))
+        real_remember(*args, **kwargs)
+
+    monkeypatch.setattr(product_upgrade, "remember", remember)
+    model, x = _model(), torch.randn(32, 64)
+    expected = model(x)
+    reset_compile_stats()
+    compiled = torch.compile(model, backend="max")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), expected)  # on the sums
+        assert wait_compiled(timeout=900)
+        assert compile_stats().product_upgrades == 1
+        torch.testing.assert_close(compiled(x), expected)  # on the matmul
+    first, upgraded = graph_texts()
+    assert "rmo.matmul" not in first
+    assert upgraded.count("rmo.matmul") == 2
+    assert remembered == [(0, {"replace": True})]
+
+    # A later compile of the same graph starts warm on the matmul version
+    # its record now names, and upgrades nothing.
+    monkeypatch.setattr(backend_module, "start_warm", warm_start.start_warm)
+    torch._dynamo.reset()  # else Dynamo reuses the graph it has
+    again = torch.compile(_model(), backend="max")
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), expected)
+        assert wait_compiled(timeout=900)
+    stats = compile_stats()
+    assert (stats.warm_starts, stats.product_upgrades) == (1, 1)
+
+
+@pytest.mark.product_upgrades
+def test_no_upgrade_when_turned_off(graph_texts):
+    _needs_workers()
+    model, x = _model(), torch.randn(32, 64)
+    reset_compile_stats()
+    compiled = torch.compile(model, backend="max", options={"upgrade_products": False})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        assert wait_compiled(timeout=60)
+    assert compile_stats().product_upgrades == 0
+    assert len(graph_texts()) == 1
+
+
+@pytest.mark.product_upgrades
+def test_small_sums_stay(graph_texts):
+    model, x = _model(16), torch.randn(32, 16)
+    reset_compile_stats()
+    compiled = torch.compile(model, backend="max")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        assert wait_compiled(timeout=60)
+    assert compile_stats().product_upgrades == 0
+    (text,) = graph_texts()
+    assert "rmo.matmul" not in text
+
+
+def test_upgrade_products_from_options_and_env(monkeypatch):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_UPGRADE_PRODUCTS", raising=False)
+    assert Settings.resolve().upgrade_products is True
+    assert Settings.resolve({"upgrade_products": False}).upgrade_products is False
+    monkeypatch.setenv("TORCH_MAX_BACKEND_UPGRADE_PRODUCTS", "0")
+    assert Settings.resolve({"upgrade_products": True}).upgrade_products is False
+    with pytest.raises(TypeError, match="upgrade_products"):
+        Settings.resolve({"upgrade_products": "yes"})

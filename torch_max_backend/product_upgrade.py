@@ -1,0 +1,151 @@
+"""Graphs compiled with summed products move to MAX's matmul once it is compiled.
+
+On the CPU, a graph whose every product is small builds them as sums
+(lower/products.py): it compiles in about 20 s, where MAX's matmul kernel
+would add about 50 s, but every call pays for it: the model check's T5 and
+llama configs ran 2-3x slower summed than on the matmul kernel
+(``python -m benchmarks.call_overhead --model llama``, docs/benchmarks.md).
+So the sums are only the quick first tier: once a graph with a summed
+product of ``MATMUL_FASTER_FROM`` multiply-adds or more is running (smaller
+sums run about as fast as the matmul, or faster: a decode step's attention),
+its matmul version is built on a thread of ours and compiled in a compile
+worker process, and the running graph switches to it with one attribute
+swap (``CompiledGraph.switch_model``). Its warm-start record then names the
+matmul artifact, so a later process starts on it at once; one that loads a
+record still naming the sums (its process ended first) upgrades the same way.
+
+Nothing is ever waited for: calls run on the sums until the switch, and a
+build or compile that fails leaves the graph on them (logged). Only where
+compiles run in worker processes (``compile_workers`` above 1): MAX's
+in-process compile cannot be abandoned, so a short script would wait for
+it at exit, where a worker's compile is dropped. ``wait_compiled()`` waits
+for upgrades too; ``upgrade_products=False`` turns them off.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import torch
+
+from . import logs
+from .graph_builds import GraphBuilds
+from .lower.products import MATMUL_FASTER_FROM
+from .plan import GraphPlan
+from .runtime import stats
+from .runtime.compile_workers import worker_count
+from .runtime.compiled_graph import CompiledGraph
+from .runtime.module_batch import alone
+from .runtime.session import compile_graph_async
+from .settings import Settings
+from .warm_start import remember
+
+_log = logs.get_logger("compile")
+_lock = threading.Lock()
+_jobs: set[Future[bool]] = set()
+
+
+def upgrades(settings: Settings, plan: GraphPlan, largest_sum: int) -> bool:
+    """Whether a graph of ``plan`` whose largest summed product has
+    ``largest_sum`` multiply-adds gets its matmul version compiled: not
+    when every sum is small enough to run as fast as the matmul would."""
+    return (
+        largest_sum >= MATMUL_FASTER_FROM
+        and settings.upgrade_products
+        and plan.device.startswith("cpu")
+        and worker_count() > 1
+    )
+
+
+def start_upgrade(
+    builds: GraphBuilds,
+    gm: torch.fx.GraphModule,
+    compiled: CompiledGraph,
+    plan: GraphPlan,
+    fingerprint: str | None,
+    settings: Settings,
+) -> Future[bool]:
+    """Build ``gm`` (the whole graph of ``builds`` or one of its blocks) with
+    every product on MAX's matmul, compile it, then switch ``compiled``
+    (running ``plan``) to it; the future says whether it switched. Returns
+    at once."""
+    job: Future[bool] = Future()
+    with _lock:
+        _jobs.add(job)
+    job.add_done_callback(_forget)
+    _log.info(
+        "torch-max-backend: graph %s runs its products as sums; compiling "
+        "its matmul version in the background",
+        compiled.name,
+    )
+    threading.Thread(
+        target=_upgrade,
+        args=(builds.with_matmuls(), gm, compiled, plan, fingerprint, settings, job),
+        name="max-product-upgrade",
+        daemon=True,
+    ).start()
+    return job
+
+
+def _upgrade(
+    builds: GraphBuilds,
+    gm: torch.fx.GraphModule,
+    compiled: CompiledGraph,
+    plan: GraphPlan,
+    fingerprint: str | None,
+    settings: Settings,
+    job: Future[bool],
+) -> None:
+    try:
+        built = builds.build(gm)
+        if built.plan != plan or built.largest_sum:
+            # Cannot happen for one ATen graph; never switch to a model
+            # whose inputs or outputs differ from the running one's.
+            _stay(compiled, job, "its matmul version plans other inputs or outputs")
+            return
+        with alone():  # never gathered with the caller's compiles
+            compiling = compile_graph_async(
+                built.graph, built.device, keep=settings.max_cached_graphs
+            )
+    except Exception as e:  # the sums keep running: nothing is lost
+        _stay(compiled, job, f"{type(e).__name__}: {e}")
+        return
+
+    def switch(done: Future) -> None:
+        try:
+            model, record, token = done.result()
+            compiled.switch_model(model, token)
+            if fingerprint is not None:
+                remember(fingerprint, built, record, replace=True)
+        except Exception as e:
+            _stay(compiled, job, f"{type(e).__name__}: {e}")
+            return
+        stats.record(product_upgrades=1)
+        _log.info(
+            "torch-max-backend: graph %s switched to MAX's matmul kernel",
+            compiled.name,
+        )
+        job.set_result(True)
+
+    compiling.add_done_callback(switch)
+
+
+def _stay(compiled: CompiledGraph, job: Future[bool], why: str) -> None:
+    _log.info(
+        "torch-max-backend: graph %s keeps its summed products: %s",
+        compiled.name,
+        why,
+    )
+    job.set_result(False)
+
+
+def _forget(job: Future[bool]) -> None:
+    with _lock:
+        _jobs.discard(job)
+
+
+def unfinished_upgrades() -> list[Future[bool]]:
+    """The upgrades still building or compiling (wait_compiled waits)."""
+    with _lock:
+        return list(_jobs)
