@@ -34,7 +34,7 @@ from .graph_builds import GraphBuilds
 from .lower.products import MATMUL_FASTER_FROM
 from .plan import GraphPlan
 from .runtime import stats
-from .runtime.compile_workers import worker_count
+from .runtime.compile_workers import dropped_at_exit, worker_count
 from .runtime.compiled_graph import CompiledGraph
 from .runtime.module_batch import alone
 from .runtime.session import compile_graph_async
@@ -104,7 +104,8 @@ def _upgrade(
             # whose inputs or outputs differ from the running one's.
             _stay(compiled, job, "its matmul version plans other inputs or outputs")
             return
-        with alone():  # never gathered with the caller's compiles
+        # Never gathered with the caller's compiles; never waited for at exit.
+        with alone(), dropped_at_exit():
             compiling = compile_graph_async(
                 built.graph, built.device, keep=settings.max_cached_graphs
             )

@@ -8,9 +8,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from torch_max_backend.runtime import compile_workers
 
@@ -127,3 +129,22 @@ def test_a_killed_worker_is_replaced_and_the_graph_compiled_again(tmp_path):
     assert "a compile worker died; compiling the graph again" in done.stderr
     assert done.stdout.strip().splitlines()[-1] == "compiles 1"
     assert "runs in PyTorch" not in done.stderr  # it did reach MAX
+
+
+def test_a_compile_dropped_at_exit_is_not_waited_for(monkeypatch):
+    """Exit finishes the compiles it tracks; an upgrade's is not among them
+    (product_upgrade.py: a script's exit must not wait a minute for it)."""
+    monkeypatch.setattr(compile_workers, "worker_count", lambda *args: 1)
+    release = threading.Event()
+    cpu = torch.device("cpu")
+    with compile_workers.dropped_at_exit():
+        dropped = compile_workers._start(lambda pool: None, release.wait, cpu)
+    kept = compile_workers._start(lambda pool: None, release.wait, cpu)
+    try:
+        with compile_workers._lock:
+            tracked = set(compile_workers._unfinished)
+        assert kept in tracked
+        assert dropped not in tracked
+    finally:
+        release.set()
+    assert dropped.result(timeout=60) and kept.result(timeout=60)

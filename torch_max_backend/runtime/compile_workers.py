@@ -25,9 +25,10 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextvars import ContextVar
 from pathlib import Path
 
 import torch
@@ -48,6 +49,8 @@ _workers: int | None = None
 _in_process: ThreadPoolExecutor | None = None
 _pool: object = None  # max.experimental.compile_pool.ProcessCompilePool
 _unfinished: set[Future] = set()
+_exiting = False
+_dropped_at_exit: ContextVar[bool] = ContextVar("max_dropped_at_exit", default=False)
 _exit_hook_installed = False
 
 
@@ -143,8 +146,22 @@ def _start(
         future = _in_worker(in_worker, workers, retry=True)
     else:
         future = _in_process_executor().submit(here)
-    track(future)
+    if not _dropped_at_exit.get():
+        track(future)
     return future
+
+
+@contextlib.contextmanager
+def dropped_at_exit() -> Iterator[None]:
+    """Compiles started inside are not finished before the process exits:
+    nothing waits for them (product_upgrade.py), so a script's exit does
+    not wait a minute for one. Only a worker process's compile is dropped;
+    one in this process runs to its end."""
+    token = _dropped_at_exit.set(True)
+    try:
+        yield
+    finally:
+        _dropped_at_exit.reset(token)
 
 
 def _in_worker(
@@ -166,7 +183,8 @@ def _in_worker(
 
     def settle(done: Future[CompiledModel]) -> None:
         error = done.exception()
-        if isinstance(error, BrokenProcessPool):
+        # At exit the pool is closed under the compiles nobody waits for.
+        if isinstance(error, BrokenProcessPool) and not _exiting:
             logs.warn(
                 "torch-max-backend: a compile worker died; compiling the graph "
                 "again in a new worker",
@@ -254,8 +272,16 @@ def _install_exit_hook() -> None:
         # Threading's exit hooks run when the main thread ends, last
         # registered first: this one runs before the worker pool's, which
         # discards unfinished compiles, and before executors stop.
-        threading._register_atexit(finish_unfinished)  # type: ignore[attr-defined]
+        threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
         _exit_hook_installed = True
+
+
+def _at_exit() -> None:
+    """Finish the tracked compiles; then the pool closes under the rest,
+    which are not started again."""
+    global _exiting
+    finish_unfinished()
+    _exiting = True
 
 
 def finish_unfinished() -> None:
