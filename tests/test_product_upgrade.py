@@ -14,6 +14,7 @@ from torch_max_backend import (
     warm_start,
 )
 from torch_max_backend.runtime.compile_workers import worker_count
+from torch_max_backend.runtime.compiled_graph import CompiledGraph
 from torch_max_backend.settings import Settings
 
 
@@ -42,15 +43,31 @@ def test_a_summed_graph_switches_to_matmul_and_records_it(monkeypatch, graph_tex
         real_remember(*args, **kwargs)
 
     monkeypatch.setattr(product_upgrade, "remember", remember)
+    graphs: list[CompiledGraph] = []
+    init = CompiledGraph.__init__
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        graphs.append(self)
+
+    monkeypatch.setattr(CompiledGraph, "__init__", keep)
     model, x = _model(), torch.randn(32, 64)
     expected = model(x)
     reset_compile_stats()
     compiled = torch.compile(model, backend="max")
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), expected)  # on the sums
+        summed_model = graphs[0]._run[0].__self__
         assert wait_compiled(timeout=900)
         assert compile_stats().product_upgrades == 1
+        # The compiled callable runs the graph's new model.
+        (graph,) = graphs
+        execute, _ = graph._run
+        assert execute.__self__ is not summed_model
+        runs = []
+        graph._run = (lambda inputs: runs.append(1) or execute(inputs), None)
         torch.testing.assert_close(compiled(x), expected)  # on the matmul
+        assert runs == [1]
     first, upgraded = graph_texts()
     assert "rmo.matmul" not in first
     assert upgraded.count("rmo.matmul") == 2
