@@ -44,11 +44,13 @@ def test_a_summed_graph_switches_to_matmul_and_records_it(monkeypatch, graph_tex
 
     monkeypatch.setattr(product_upgrade, "remember", remember)
     graphs: list[CompiledGraph] = []
+    first_models = []
     init = CompiledGraph.__init__
 
     def keep(self, *args, **kwargs):
         init(self, *args, **kwargs)
         graphs.append(self)
+        first_models.append(self._run[0].__self__)
 
     monkeypatch.setattr(CompiledGraph, "__init__", keep)
     model, x = _model(), torch.randn(32, 64)
@@ -57,13 +59,12 @@ def test_a_summed_graph_switches_to_matmul_and_records_it(monkeypatch, graph_tex
     compiled = torch.compile(model, backend="max")
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), expected)  # on the sums
-        summed_model = graphs[0]._run[0].__self__
         assert wait_compiled(timeout=900)
         assert compile_stats().product_upgrades == 1
         # The compiled callable runs the graph's new model.
         (graph,) = graphs
         execute, _ = graph._run
-        assert execute.__self__ is not summed_model
+        assert execute.__self__ is not first_models[0]
         runs = []
         graph._run = (lambda inputs: runs.append(1) or execute(inputs), None)
         torch.testing.assert_close(compiled(x), expected)  # on the matmul
