@@ -15,7 +15,6 @@ from torch_max_backend import (
 )
 from torch_max_backend.runtime.compile_workers import worker_count
 from torch_max_backend.runtime.compiled_graph import CompiledGraph
-from torch_max_backend.settings import Settings
 
 
 def _model(width: int = 64) -> torch.nn.Module:
@@ -110,13 +109,3 @@ def test_small_sums_stay(graph_texts):
     assert compile_stats().product_upgrades == 0
     (text,) = graph_texts()
     assert "rmo.matmul" not in text
-
-
-def test_upgrade_products_from_options_and_env(monkeypatch):
-    monkeypatch.delenv("TORCH_MAX_BACKEND_UPGRADE_PRODUCTS", raising=False)
-    assert Settings.resolve().upgrade_products is True
-    assert Settings.resolve({"upgrade_products": False}).upgrade_products is False
-    monkeypatch.setenv("TORCH_MAX_BACKEND_UPGRADE_PRODUCTS", "0")
-    assert Settings.resolve({"upgrade_products": True}).upgrade_products is False
-    with pytest.raises(TypeError, match="upgrade_products"):
-        Settings.resolve({"upgrade_products": "yes"})

@@ -87,11 +87,18 @@ def test_summed_products_from_mode_options_and_env(monkeypatch):
         Settings.resolve({"summed_products": "no"})
 
 
-def test_huge_pages_from_options_and_env(monkeypatch):
-    monkeypatch.delenv("TORCH_MAX_BACKEND_HUGE_PAGES", raising=False)
-    assert Settings.resolve().huge_pages is True
-    assert Settings.resolve({"huge_pages": False}).huge_pages is False
-    monkeypatch.setenv("TORCH_MAX_BACKEND_HUGE_PAGES", "0")
-    assert Settings.resolve({"huge_pages": True}).huge_pages is False
-    with pytest.raises(TypeError, match="'huge_pages' must be a bool"):
-        Settings.resolve({"huge_pages": 1})
+@pytest.mark.parametrize(
+    ("option", "variable"),
+    [
+        ("huge_pages", "TORCH_MAX_BACKEND_HUGE_PAGES"),
+        ("upgrade_products", "TORCH_MAX_BACKEND_UPGRADE_PRODUCTS"),
+    ],
+)
+def test_switches_on_by_default_from_options_and_env(monkeypatch, option, variable):
+    monkeypatch.delenv(variable, raising=False)
+    assert getattr(Settings.resolve(), option) is True
+    assert getattr(Settings.resolve({option: False}), option) is False
+    monkeypatch.setenv(variable, "0")
+    assert getattr(Settings.resolve({option: True}), option) is False
+    with pytest.raises(TypeError, match=f"'{option}' must be a bool"):
+        Settings.resolve({option: 1})

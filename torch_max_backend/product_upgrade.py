@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 import torch
 
 from . import logs
 from .graph_builds import GraphBuilds
+from .lower.builder import BuiltGraph
 from .lower.products import MATMUL_FASTER_FROM
 from .plan import GraphPlan
 from .runtime import stats
@@ -70,75 +72,82 @@ def start_upgrade(
     every product on MAX's matmul, compile it, then switch ``compiled``
     (running ``plan``) to it; the future says whether it switched. Returns
     at once."""
-    job: Future[bool] = Future()
+    upgrade = _Upgrade(
+        builds.with_matmuls(),
+        gm,
+        compiled,
+        plan,
+        fingerprint,
+        settings.max_cached_graphs,
+    )
     with _lock:
-        _jobs.add(job)
-    job.add_done_callback(_forget)
+        _jobs.add(upgrade.job)
+    upgrade.job.add_done_callback(_forget)
     _log.info(
         "torch-max-backend: graph %s runs its products as sums; compiling "
         "its matmul version in the background",
         compiled.name,
     )
     threading.Thread(
-        target=_upgrade,
-        args=(builds.with_matmuls(), gm, compiled, plan, fingerprint, settings, job),
-        name="max-product-upgrade",
-        daemon=True,
+        target=upgrade.run, name="max-product-upgrade", daemon=True
     ).start()
-    return job
+    return upgrade.job
 
 
-def _upgrade(
-    builds: GraphBuilds,
-    gm: torch.fx.GraphModule,
-    compiled: CompiledGraph,
-    plan: GraphPlan,
-    fingerprint: str | None,
-    settings: Settings,
-    job: Future[bool],
-) -> None:
-    try:
-        built = builds.build(gm)
-        if built.plan != plan or built.largest_sum:
-            # Cannot happen for one ATen graph; never switch to a model
-            # whose inputs or outputs differ from the running one's.
-            _stay(compiled, job, "its matmul version plans other inputs or outputs")
+@dataclass
+class _Upgrade:
+    """One graph's upgrade: built on a thread of its own, compiled in a
+    worker process, switched to from the compile's callback."""
+
+    builds: GraphBuilds  # with every product on MAX's matmul
+    gm: torch.fx.GraphModule
+    compiled: CompiledGraph
+    plan: GraphPlan
+    fingerprint: str | None
+    keep: int  # the model table's bound (settings.max_cached_graphs)
+    job: Future[bool] = field(default_factory=Future)
+
+    def run(self) -> None:
+        try:
+            built = self.builds.build(self.gm)
+            if built.plan != self.plan or built.largest_sum:
+                # Cannot happen for one ATen graph; never switch to a model
+                # whose inputs or outputs differ from the running one's.
+                self._stay("its matmul version plans other inputs or outputs")
+                return
+            # Never gathered with the caller's compiles; dropped at exit.
+            with alone(), dropped_at_exit():
+                compiling = compile_graph_async(
+                    built.graph, built.device, keep=self.keep
+                )
+        except Exception as e:  # the sums keep running: nothing is lost
+            self._stay(f"{type(e).__name__}: {e}")
             return
-        # Never gathered with the caller's compiles; never waited for at exit.
-        with alone(), dropped_at_exit():
-            compiling = compile_graph_async(
-                built.graph, built.device, keep=settings.max_cached_graphs
-            )
-    except Exception as e:  # the sums keep running: nothing is lost
-        _stay(compiled, job, f"{type(e).__name__}: {e}")
-        return
+        compiling.add_done_callback(lambda done: self._switch(done, built))
 
-    def switch(done: Future) -> None:
+    def _switch(self, done: Future, built: BuiltGraph) -> None:
         try:
             model, record, token = done.result()
-            compiled.switch_model(model, token)
-            if fingerprint is not None:
-                remember(fingerprint, built, record, replace=True)
+            self.compiled.switch_model(model, token)
+            if self.fingerprint is not None:
+                remember(self.fingerprint, built, record, replace=True)
         except Exception as e:
-            _stay(compiled, job, f"{type(e).__name__}: {e}")
+            self._stay(f"{type(e).__name__}: {e}")
             return
         stats.record(product_upgrades=1)
         _log.info(
             "torch-max-backend: graph %s switched to MAX's matmul kernel",
-            compiled.name,
+            self.compiled.name,
         )
-        job.set_result(True)
+        self.job.set_result(True)
 
-    compiling.add_done_callback(switch)
-
-
-def _stay(compiled: CompiledGraph, job: Future[bool], why: str) -> None:
-    _log.info(
-        "torch-max-backend: graph %s keeps its summed products: %s",
-        compiled.name,
-        why,
-    )
-    job.set_result(False)
+    def _stay(self, why: str) -> None:
+        _log.info(
+            "torch-max-backend: graph %s keeps its summed products: %s",
+            self.compiled.name,
+            why,
+        )
+        self.job.set_result(False)
 
 
 def _forget(job: Future[bool]) -> None:
