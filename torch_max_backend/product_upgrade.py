@@ -24,6 +24,7 @@ for upgrades too; ``upgrade_products=False`` turns them off.
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from .settings import Settings
 from .warm_start import remember
 
 _log = logs.get_logger("compile")
+_graphs_log = logs.get_logger("graphs")
 _lock = threading.Lock()
 _jobs: set[Future[bool]] = set()
 
@@ -115,6 +117,12 @@ class _Upgrade:
                 # whose inputs or outputs differ from the running one's.
                 self._stay("its matmul version plans other inputs or outputs")
                 return
+            if _graphs_log.isEnabledFor(logging.DEBUG):
+                _graphs_log.debug(
+                    "torch-max-backend: MAX graph %s, its products on MAX's matmul:\n%s",
+                    self.compiled.name,
+                    built.graph,
+                )
             # Never gathered with the caller's compiles; dropped at exit.
             with alone(), dropped_at_exit():
                 compiling = compile_graph_async(
