@@ -39,7 +39,7 @@ from .lower.families import register_families
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
 from .plan import GraphPlan
-from .product_upgrade import start_upgrade, upgrades
+from .product_upgrade import start_upgrade
 from .runtime import huge_pages, torch_threads
 from .runtime.compile_workers import worker_count
 from .runtime.compiled_graph import CompiledGraph
@@ -103,9 +103,15 @@ def compile_aten_graph(
                 name,
                 (warm.model, warm.token, True, warm.seconds),
             )
-            if upgrades(settings, warm.plan, warm.largest_sum):
-                builds = GraphBuilds(gm, layouts, settings.summed_products)
-                start_upgrade(builds, gm, compiled, warm.plan, fingerprint, settings)
+            start_upgrade(
+                GraphBuilds(gm, layouts, settings.summed_products),
+                gm,
+                compiled,
+                warm.plan,
+                warm.largest_sum,
+                fingerprint,
+                settings,
+            )
             return compiled
     if settings.background_compile:
         return compile_in_background(
@@ -267,8 +273,16 @@ def _start_max(
                 name,
                 (model, token, cached, seconds),
             )
-            if model is not None and upgrades(settings, built.plan, built.largest_sum):
-                start_upgrade(builds, gm, compiled, built.plan, fingerprint, settings)
+            if model is not None:
+                start_upgrade(
+                    builds,
+                    gm,
+                    compiled,
+                    built.plan,
+                    built.largest_sum,
+                    fingerprint,
+                    settings,
+                )
             ready.set_result(compiled)
         except BaseException as e:
             ready.set_exception(e)

@@ -50,7 +50,7 @@ _lock = threading.Lock()
 _jobs: set[Future[bool]] = set()
 
 
-def upgrades(settings: Settings, plan: GraphPlan, largest_sum: int) -> bool:
+def _worth_it(settings: Settings, plan: GraphPlan, largest_sum: int) -> bool:
     """Whether a graph of ``plan`` whose largest summed product has
     ``largest_sum`` multiply-adds gets its matmul version compiled: not
     when every sum is small enough to run as fast as the matmul would."""
@@ -67,13 +67,17 @@ def start_upgrade(
     gm: torch.fx.GraphModule,
     compiled: CompiledGraph,
     plan: GraphPlan,
+    largest_sum: int,
     fingerprint: str | None,
     settings: Settings,
-) -> Future[bool]:
-    """Build ``gm`` (the whole graph of ``builds`` or one of its blocks) with
+) -> Future[bool] | None:
+    """Where worth it (a summed product of ``largest_sum`` multiply-adds),
+    build ``gm`` (the whole graph of ``builds`` or one of its blocks) with
     every product on MAX's matmul, compile it, then switch ``compiled``
-    (running ``plan``) to it; the future says whether it switched. Returns
-    at once."""
+    (running ``plan``) to it; the future says whether it switched, None
+    when no upgrade was started. Returns at once."""
+    if not _worth_it(settings, plan, largest_sum):
+        return None
     upgrade = _Upgrade(
         builds.with_matmuls(),
         gm,
