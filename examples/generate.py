@@ -12,7 +12,7 @@ prints the decode speed of both in tokens per second.
 
 On CPU the backend keeps PyTorch's OpenMP threads from spinning on the
 cores MAX's kernels need between decode steps (``quiet_torch_threads``,
-README, "Modes"); this script leaves PyTorch's thread count as it is, so
+docs/usage.md, "Decoding with generate()"); this script leaves PyTorch's thread count as it is, so
 that eager runs at its own best.
 """
 

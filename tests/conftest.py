@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from torch_max_backend import graph_builds
 from torch_max_backend.lower.builder import BuiltGraph
+from torch_max_backend.pipeline import graph_builds
 from torch_max_backend.runtime.compiled_graph import CompiledGraph
 
 
@@ -64,7 +64,7 @@ class BuiltGraphs(list[tuple[torch.fx.GraphModule, BuiltGraph]]):
 def built_graphs(monkeypatch: pytest.MonkeyPatch) -> BuiltGraphs:
     """Every graph the backend builds into a MAX graph during the test."""
     builds = BuiltGraphs()
-    original = graph_builds.build_graph
+    original = graph_builds.build_analyzed
 
     def recording(
         gm: torch.fx.GraphModule, *rest: object, **options: object
@@ -73,7 +73,7 @@ def built_graphs(monkeypatch: pytest.MonkeyPatch) -> BuiltGraphs:
         builds.append((gm, built))
         return built
 
-    monkeypatch.setattr(graph_builds, "build_graph", recording)
+    monkeypatch.setattr(graph_builds, "build_analyzed", recording)
     return builds
 
 

@@ -15,13 +15,13 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch_max_backend import (
     FallbackWarning,
     MaxCompilerError,
-    background,
     compile_stats,
     max_backend,
     reset_compile_stats,
     wait_compiled,
 )
 from torch_max_backend import backend as backend_module
+from torch_max_backend.pipeline import background, compiling
 
 BACKGROUND = {"background_compile": True}
 # What happens while a graph compiles: no graph may start warm.
@@ -93,7 +93,7 @@ def _failing_compile(*args, **kwargs) -> Future:
 def test_a_failing_compile_stays_on_pytorch_and_warns_once(
     gate, monkeypatch, max_calls
 ):
-    monkeypatch.setattr(backend_module, "compile_graph_async", _failing_compile)
+    monkeypatch.setattr(compiling, "compile_graph_async", _failing_compile)
     fn = torch.compile(_math, backend=max_backend, options=BACKGROUND)
     x, y = torch.randn(4, 6), torch.randn(4, 6)
     torch.testing.assert_close(fn(x, y), _math(x, y))
@@ -108,7 +108,7 @@ def test_a_failing_compile_stays_on_pytorch_and_warns_once(
 
 
 def test_a_failing_compile_raises_under_strict(gate, monkeypatch):
-    monkeypatch.setattr(backend_module, "compile_graph_async", _failing_compile)
+    monkeypatch.setattr(compiling, "compile_graph_async", _failing_compile)
     fn = torch.compile(
         _math, backend=max_backend, options={**BACKGROUND, "strict": True}
     )

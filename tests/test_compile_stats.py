@@ -138,7 +138,7 @@ def test_nothing_is_pending_once_a_first_call_has_its_graph(monkeypatch):
         "write_artifact",
         lambda *a: (time.sleep(1.0), write(*a))[1],
     )
-    real = torch_max_backend.deferred.when_all_done
+    real = torch_max_backend.pipeline.deferred.when_all_done
     monkeypatch.setattr(
         torch_max_backend.backend,
         "when_all_done",

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from torch_max_backend import UnsupportedOpsError, max_backend
-from torch_max_backend.fallback import FallbackWarning
+from torch_max_backend.pipeline.fallback import FallbackWarning
 
 
 # An op no lowering will ever cover, with a backward written in PyTorch ops.

@@ -28,23 +28,20 @@ ROOMS: dict[str, str] = {
     "kernels.library": "kernel_build",
     "kernels.mojo_declaration": "kernel_build",
     "lower": "lower",
-    "kernels.mojo_lowering": "kernel_lowering",
+    "lower.passes": "passes",
+    "lower.builder": "builder",
     "runtime": "runtime",
-    "kernels.mojo_eager": "kernel_runtime",
-    "kernels.mojo_op": "kernel_op",
-    "handoff": "placement",
-    "fallback": "placement",
+    "runtime.mojo_eager": "kernel_runtime",
+    "kernel_ops": "kernel_op",
+    "pipeline": "pipeline",
+    "pipeline.handoff": "placement",
+    "pipeline.fallback": "placement",
     "explain": "explain",
     "aot": "export",
     "aot.manifest": "export_format",
     "aot.runner": "export_runner",
     "aot.exporter": "export",
     "backend": "backend",
-    "background": "backend",
-    "warm_start": "backend",
-    "product_upgrade": "backend",
-    "deferred": "backend",
-    "graph_builds": "backend",
     "cli": "cli",
     "cli_aot": "cli",
     "": "api",  # the package's __init__: public names, imported lazily
@@ -52,22 +49,29 @@ ROOMS: dict[str, str] = {
 }
 
 _BELOW_LOWER = {"base", "plan", "storage", "kernel_build"}
+# lower/ holds three rooms, each using those before it: the lowerings and
+# their kit; the FX passes (which use the kit); the builder (planning, the
+# node walk, the output plan), which reads the passes' findings. Nothing
+# below the builder calls back into it, nor the lowerings into a pass.
+_LOWER = _BELOW_LOWER | {"lower", "passes", "builder"}
 ALLOWED: dict[str, set[str]] = {
     "base": {"base"},
     "plan": {"plan"},
     "storage": {"base", "storage"},
     "kernel_build": {"base", "storage", "kernel_build"},
     "lower": _BELOW_LOWER | {"lower"},
+    "passes": _BELOW_LOWER | {"lower", "passes"},
+    "builder": _LOWER,
     "runtime": {"base", "plan", "storage", "runtime"},
-    "kernel_lowering": _BELOW_LOWER | {"lower"},
     "kernel_runtime": {"base", "plan", "storage", "kernel_build", "runtime"},
-    "kernel_op": _BELOW_LOWER | {"lower", "kernel_lowering", "kernel_runtime"},
-    "placement": {"base", "plan", "lower", "placement"},
-    "explain": {"base", "plan", "lower", "placement"},
+    "kernel_op": _LOWER | {"kernel_runtime"},
+    "placement": {"base", "plan", "builder", "placement"},
+    "explain": {"base", "plan", "lower", "builder", "placement"},
     "export_format": set(),
     "export_runner": {"base", "storage", "export_format"},
-    "export": _BELOW_LOWER | {"lower", "export_format", "export"},
-    "backend": _BELOW_LOWER | {"lower", "runtime", "placement"},
+    "export": _LOWER | {"export_format", "export"},
+    "pipeline": _LOWER | {"runtime", "placement", "pipeline"},
+    "backend": _LOWER | {"runtime", "placement", "pipeline"},
     "cli": set(ROOMS.values()),
     "api": {"base", "lower"},
 }
@@ -80,9 +84,31 @@ FORBIDDEN_LIBRARIES: dict[str, set[str]] = {
     "base": {"max.engine"},
 }
 
-# Outside ``lower``, the graph build is used through ``lower.builder`` only
-# (the capability check's public face), never its inner modules.
-PUBLIC_FACES = {"lower.builder": "lower"}
+# Outside its room, the graph build is used through ``lower.builder`` only
+# (the capability check's public face), never its inner modules; and the
+# passes through ``lower.passes``.
+PUBLIC_FACES = {"lower.builder": "builder", "lower.passes": "passes"}
+
+
+# The compile pipeline's stages in the order a graph meets them: a stage
+# imports only the stages before it (backend.py strings them together).
+STAGES = (
+    "handoff",
+    "fallback",
+    "graph_builds",
+    "warm_start",
+    "product_upgrade",
+    "compiling",
+    "background",
+    "deferred",
+)
+
+
+def _stage(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[0] == "pipeline" and parts[1] in STAGES:
+        return STAGES.index(parts[1])
+    return None
 
 
 def room_of(module: str) -> str:
@@ -136,6 +162,9 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
             other = room_of(inner)
             if other not in ALLOWED[room] and other != room:
                 wrong.append(f"{module} ({room}) imports {inner} ({other})")
+            stage, used = _stage(module), _stage(inner)
+            if stage is not None and used is not None and used > stage:
+                wrong.append(f"stage {module} imports the later stage {inner}")
             for face, face_room in PUBLIC_FACES.items():
                 if inner.startswith(face + ".") and room != face_room:
                     wrong.append(f"{module} imports {inner}, not its face {face}")
@@ -177,13 +206,21 @@ def test_dependence_runs_one_way():
     [
         ("runtime.compiled_graph", "from ..lower.builder import BuiltGraph"),
         ("runtime.session", "from ..lower.registry import MAPPING_TORCH_ATEN_TO_MAX"),
-        ("fallback", "from .lower.builder.capability import why_unsupported"),
+        ("pipeline.fallback", "from ..lower.builder.capability import why_unsupported"),
         ("explain", "from .lower.builder.walk import NodeWalk"),
         ("explain", "from .runtime.session import compile_graph"),
         ("kernels.library", "from ..runtime.session import compile_graph"),
-        ("kernels.mojo_lowering", "from ..runtime.compiled_graph import as_buffer"),
-        ("kernels.mojo_eager", "from ..lower.context import current"),
-        ("kernels.mojo_op", "from ..runtime.compiled_graph import _as_buffer"),
+        ("lower.mojo_lowering", "from ..runtime.compiled_graph import as_buffer"),
+        ("runtime.mojo_eager", "from ..lower.context import current"),
+        ("kernel_ops", "from .runtime.compiled_graph import _as_buffer"),
+        ("kernels.library", "from ..lower.registry import lowering"),
+        ("kernels.product_timing", "from ..lower.context import current"),
+        ("lower.passes.folding", "from ..builder.planning import InputPlan"),
+        ("lower.ops.attention", "from ..passes import analyzed"),
+        ("lower.builder.walk", "from ..passes.slot_writes import find_slot_writes"),
+        ("pipeline.graph_builds", "from .background import Finish"),
+        ("pipeline.warm_start", "from .compiling import start_max"),
+        ("pipeline.handoff", "from ..backend import max_backend"),
         ("aot.runner", "from ..runtime.session import compile_graph"),
         ("aot.runner", "import torch"),
         ("aot.exporter", "from ..runtime.session import compile_graph"),
@@ -197,3 +234,8 @@ def test_dependence_runs_one_way():
 )
 def test_the_check_catches_wrong_way_imports(module, source):
     assert violations(source, module)
+
+
+def test_every_pipeline_module_is_a_stage():
+    modules = {p.stem for p in (PACKAGE / "pipeline").glob("*.py")} - {"__init__"}
+    assert modules == set(STAGES)

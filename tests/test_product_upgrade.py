@@ -1,4 +1,4 @@
-"""A graph compiled with summed products switches to MAX's matmul (product_upgrade.py)."""
+"""A graph compiled with summed products switches to MAX's matmul (pipeline/product_upgrade.py)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,8 @@ import pytest
 import torch
 
 from torch_max_backend import backend as backend_module
-from torch_max_backend import (
-    compile_stats,
-    product_upgrade,
-    reset_compile_stats,
-    wait_compiled,
-    warm_start,
-)
+from torch_max_backend import compile_stats, reset_compile_stats, wait_compiled
+from torch_max_backend.pipeline import product_upgrade, warm_start
 from torch_max_backend.runtime.compile_workers import worker_count
 from torch_max_backend.runtime.compiled_graph import CompiledGraph
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from torch_max_backend import compile_stats, max_backend, reset_compile_stats
-from torch_max_backend import warm_start as warm_start_module
+from torch_max_backend.pipeline import warm_start as warm_start_module
 from torch_max_backend.runtime import session
 from torch_max_backend.runtime.model_table import ModelTable
 

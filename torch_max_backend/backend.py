@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -18,38 +17,36 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
-from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import logs
-from .background import Finish, compile_in_background, compiled_together
-from .deferred import FirstCallWaits, once, when_all_done
-from .errors import MaxCompilerError, first_line
-from .fallback import FallbackWarning, Placement, needs_torch, settle, start_split
-from .fallback import warn as warn_fallback
-from .graph_builds import GraphBuilds, caller_outputs
+from .errors import MaxCompilerError
 from .logs import show_on_stderr
 from .lower.builder import (
-    CallerOutputs,
     check_supported,
     computes_nothing,
     graph_fingerprint,
-    without_repeats,
+    rewritten,
 )
 from .lower.families import register_families
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
-from .plan import GraphPlan
-from .product_upgrade import start_upgrade
-from .runtime import huge_pages, torch_threads
+from .pipeline.background import Finish, compile_in_background, compiled_together
+from .pipeline.compiling import compiled_graph, in_pytorch, start_max, wait_for
+from .pipeline.deferred import FirstCallWaits, once, when_all_done
+from .pipeline.fallback import (
+    Placement,
+    needs_torch,
+    settle,
+    start_split,
+)
+from .pipeline.fallback import warn as warn_fallback
+from .pipeline.graph_builds import GraphBuilds, caller_outputs
+from .pipeline.product_upgrade import start_upgrade
+from .pipeline.warm_start import start_warm
 from .runtime.compile_workers import worker_count
-from .runtime.compiled_graph import CompiledGraph
 from .runtime.module_batch import alone, gathered, gathering
-from .runtime.profile import GraphStats, ProfiledCompiledGraph
-from .runtime.progress import compile_progress, wanted
-from .runtime.session import compile_graph_async
 from .runtime.stats import add_pending
 from .settings import Settings, check_mode
-from .warm_start import remember, start_warm
 
 _graph_ids = itertools.count()
 _graphs_log = logs.get_logger("graphs")
@@ -77,8 +74,9 @@ def compile_aten_graph(
         # for free, where MAX would cost a build and a 20 s compile.
         _graphs_log.debug("torch-max-backend: graph %s computes nothing: PyTorch", name)
         return make_boxed_func(gm.forward)
-    # Before the fingerprint: a warm start plans the graph that was built.
-    gm = without_repeats(gm)
+    # The FX passes' rewrites, before the fingerprint: a warm start plans
+    # the graph that was built (lower/passes/).
+    gm = rewritten(gm)
     if settings.strict and needs_torch(gm, Placement(settings)):
         check_supported([gm])
     if settings.verbose:
@@ -91,12 +89,13 @@ def compile_aten_graph(
         )
     worker_count(settings.compile_workers)  # the first compile fixes it
     layouts = caller_outputs(kind)
+    builds = GraphBuilds(gm, layouts, settings.summed_products)
     fingerprint = graph_fingerprint(gm, layouts, settings.summed_products)
     # Whoever reads the MAX graphs (verbose) gets them built, not skipped.
     if fingerprint is not None and not _graphs_log.isEnabledFor(logging.DEBUG):
-        warm = start_warm(gm, fingerprint, settings)
+        warm = start_warm(gm, builds, fingerprint, settings)
         if warm is not None:
-            compiled = _compiled_graph(
+            compiled = compiled_graph(
                 warm.plan,
                 warm.constants,
                 settings,
@@ -104,7 +103,7 @@ def compile_aten_graph(
                 (warm.model, warm.token, True, warm.seconds),
             )
             start_upgrade(
-                GraphBuilds(gm, layouts, settings.summed_products),
+                builds,
                 gm,
                 compiled,
                 warm.plan,
@@ -117,8 +116,13 @@ def compile_aten_graph(
         return compile_in_background(
             name,
             gm,
+            # The copy is a graph of its own: builds of its own.
             lambda copied: _start_compile(
-                copied, settings, name, fingerprint, eager_layouts=layouts
+                copied,
+                settings,
+                name,
+                fingerprint,
+                GraphBuilds(copied, layouts, settings.summed_products),
             ),
             strict=settings.strict,
             verbose=settings.verbose,
@@ -132,16 +136,14 @@ def compile_aten_graph(
         try:
             with gathered():
                 return FirstCallWaits(
-                    _start_compile(
-                        gm, settings, name, fingerprint, settled, eager_layouts=layouts
-                    )
+                    _start_compile(gm, settings, name, fingerprint, builds, settled)
                 )
         except BaseException:
             settled()
             raise
     try:
         with alone():  # no backward follows: nothing to gather it with
-            return _compile(gm, settings, name, fingerprint, layouts)
+            return _compile(gm, settings, name, fingerprint, builds)
     finally:
         add_pending(-1)
 
@@ -151,15 +153,13 @@ def _compile(
     settings: Settings,
     name: str,
     fingerprint: str | None,
-    eager_layouts: CallerOutputs | None,
+    builds: GraphBuilds,
 ) -> Callable[[list], list]:
     """``gm`` on MAX: whole, split around ops that run in PyTorch (its blocks
     compiled together as one module), or (when MAX cannot take it and not
     ``strict``) in PyTorch."""
     with gathered():
-        finish = _start_compile(
-            gm, settings, name, fingerprint, eager_layouts=eager_layouts
-        )
+        finish = _start_compile(gm, settings, name, fingerprint, builds)
     return finish()
 
 
@@ -168,16 +168,16 @@ def _start_compile(
     settings: Settings,
     name: str,
     fingerprint: str | None,
+    builds: GraphBuilds,
     when_ready: Callable[[], None] = lambda: None,
-    eager_layouts: CallerOutputs | None = None,
 ) -> Finish:
     """Build ``gm`` and start compiling it; the returned function waits for
     the compile and gives the callable (``_compile`` in two halves, so that
     several graphs' compiles can be started, and gathered, before any wait).
-    A whole graph compiled is recorded under ``fingerprint`` (warm_start.py).
-    ``when_ready`` is called once every compile started here is over."""
+    A whole graph compiled is recorded under ``fingerprint`` (pipeline/warm_start.py).
+    ``builds`` builds ``gm`` and its blocks; ``when_ready`` is called once
+    every compile started here is over."""
     placement = Placement(settings)
-    builds = GraphBuilds(gm, eager_layouts, settings.summed_products)
     try:
         whole = settle(gm, placement, builds.build)
     except MaxCompilerError as e:
@@ -185,12 +185,12 @@ def _start_compile(
             raise
         refused = e
         when_ready()
-        return lambda: _in_pytorch(gm, name, refused)
+        return lambda: in_pytorch(gm, name, refused)
     if whole is None:
         blocks: list[Future] = []
 
         def start_block(block: torch.fx.GraphModule, block_name: str) -> Future:
-            blocks.append(_start_max(block, builds, settings, block_name))
+            blocks.append(start_max(block, builds, settings, block_name))
             return blocks[-1]
 
         finish_split = start_split(gm, placement, name, start_block)
@@ -202,148 +202,18 @@ def _start_compile(
             return make_boxed_func(split.forward)
 
         return finish_blocks
-    ready = _start_max(gm, builds, settings, name, fingerprint)
+    ready = start_max(gm, builds, settings, name, fingerprint)
     when_all_done([ready], when_ready)
 
     def finish_whole() -> Callable[[list], list]:
         try:
-            return _wait(ready, gm, settings, name)
+            return wait_for(ready, gm, settings, name)
         except MaxCompilerError as e:
             if settings.strict:
                 raise
-            return _in_pytorch(gm, name, e)
+            return in_pytorch(gm, name, e)
 
     return finish_whole
-
-
-def _in_pytorch(
-    gm: torch.fx.GraphModule, name: str, error: MaxCompilerError
-) -> Callable[[list], list]:
-    """The whole ATen graph run by PyTorch, after MAX could not take it."""
-    logs.warn(
-        f"torch-max-backend: graph {name} runs in PyTorch: {first_line(error)} "
-        "Pass options={'strict': True} to raise instead.",
-        FallbackWarning,
-        logger="fallback",
-        stacklevel=2,
-    )
-    return make_boxed_func(gm.forward)
-
-
-def _start_max(
-    gm: torch.fx.GraphModule,
-    builds: GraphBuilds,
-    settings: Settings,
-    name: str,
-    fingerprint: str | None = None,
-) -> Future[CompiledGraph]:
-    """Start compiling one ATen graph, every op of which MAX can run, as one
-    MAX graph (built by ``builds``); the future raises ``MaxCompilerError``
-    when MAX refuses it. With a ``fingerprint``, the compiled graph is
-    recorded under it. A graph of summed products starts its upgrade to
-    MAX's matmul once running (product_upgrade.py)."""
-    built = builds.build(gm)
-    if _graphs_log.isEnabledFor(logging.DEBUG):
-        _graphs_log.debug("torch-max-backend: MAX graph %s:\n%s", name, built.graph)
-    start = time.perf_counter()
-    ready: Future[CompiledGraph] = Future()
-    nodes = len(gm.graph.nodes)
-
-    def finish(loaded: Future | None) -> None:
-        model = token = None
-        cached = True
-        try:
-            if loaded is not None:
-                try:
-                    model, record, token = loaded.result()
-                except Exception as e:
-                    raise MaxCompilerError(
-                        f"MAX failed to compile graph {name} ({nodes} FX nodes) "
-                        f"for {built.device}: {type(e).__name__}: {e}\n"
-                        "Set TORCH_MAX_BACKEND_VERBOSE=1 to print the graphs."
-                    ) from e
-                cached = record.cached
-                if fingerprint is not None:
-                    remember(fingerprint, built, record)
-            seconds = time.perf_counter() - start
-            compiled = _compiled_graph(
-                built.plan,
-                built.constants,
-                settings,
-                name,
-                (model, token, cached, seconds),
-            )
-            if model is not None:
-                start_upgrade(
-                    builds,
-                    gm,
-                    compiled,
-                    built.plan,
-                    built.largest_sum,
-                    fingerprint,
-                    settings,
-                )
-            ready.set_result(compiled)
-        except BaseException as e:
-            ready.set_exception(e)
-
-    # A graph that returns nothing and writes nothing (its outputs are inputs,
-    # sizes or constants) needs no MAX model at all.
-    if built.plan.num_graph_outputs or built.plan.mutated:
-        compile_graph_async(
-            built.graph, built.device, keep=settings.max_cached_graphs
-        ).add_done_callback(finish)
-    else:
-        finish(None)
-    return ready
-
-
-def _wait(
-    ready: Future[CompiledGraph],
-    gm: torch.fx.GraphModule,
-    settings: Settings,
-    name: str,
-) -> CompiledGraph:
-    """The compiled graph, with the progress line while it compiles."""
-    ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-    label = f"graph {name} ({ops} ATen ops)"
-    with compile_progress(label, enabled=not ready.done() and wanted(settings.verbose)):
-        return ready.result()
-
-
-def _compiled_graph(
-    plan: GraphPlan,
-    constants: list[torch.Tensor],
-    settings: Settings,
-    name: str,
-    loaded: tuple[object, object, bool, float],
-) -> CompiledGraph:
-    """The callable of one MAX graph; ``loaded`` is its model, the token
-    keeping it loaded, whether it was found in this process, and the
-    seconds it took to get."""
-    model, token, cached, seconds = loaded
-    if settings.profile:
-        show_on_stderr("compile", logging.INFO)
-        show_on_stderr("profile", logging.INFO)
-    _compile_log.info("torch-max-backend: compiled %s in %.2fs", name, seconds)
-    huge_pages.set_enabled(settings.huge_pages)
-    if settings.quiet_torch_threads and plan.device.startswith("cpu"):
-        torch_threads.quiet()
-    with unset_fake_temporarily():
-        if settings.profile:
-            compiled: CompiledGraph = ProfiledCompiledGraph(
-                name,
-                model,
-                plan,
-                constants,
-                GraphStats(name, seconds, cached),
-                settings.max_cached_graphs,
-            )
-        else:
-            compiled = CompiledGraph(name, model, plan, constants)
-    # The model stays loaded while this compiled graph can still run it.
-    compiled.keeps_model = token
-    return compiled
 
 
 def _checked_partition(

@@ -21,11 +21,11 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .errors import MaxCompilerError
-from .fallback import Placement, op_count, partitioner, settle
 from .lower.builder import build_graph, is_size_arithmetic, strategy_of
 from .lower.families import register_families
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
+from .pipeline.fallback import Placement, op_count, partitioner, settle
 from .settings import Settings
 
 

@@ -87,7 +87,7 @@ def collect_warnings() -> Iterator[list[tuple[str, type[Warning]]]]:
 
     A graph compiled in the background warns from a thread the user never
     sees; its warnings are kept and given again on the caller's thread, at
-    the graph's next call (background.py), where the user's filters apply.
+    the graph's next call (pipeline/background.py), where the user's filters apply.
     """
     kept: list[tuple[str, type[Warning]]] = []
     outer = getattr(_collecting, "kept", None)

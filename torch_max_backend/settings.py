@@ -96,8 +96,8 @@ class Settings:
         background_compile: run a graph in PyTorch (the ATen graph
             AOTAutograd produced) while its MAX graph is built and compiled
             off the caller's thread, and switch its calls to MAX once the
-            compiled graph is loaded (background.py). Off by default: see
-            the README's "Background compilation".
+            compiled graph is loaded (pipeline/background.py). Off by default: see
+            docs/usage.md, "Compile time".
         compile_workers: how many worker processes compile MAX graphs at
             once; 1 compiles in the calling process. None chooses from the
             usable cores and memory (runtime/compile_workers.py).
@@ -112,7 +112,7 @@ class Settings:
         upgrade_products: once a graph with summed products runs, compile
             its matmul version in a compile worker process and switch the
             graph's calls to it when loaded; later processes start on it
-            (product_upgrade.py). Only where compiles run in worker
+            (pipeline/product_upgrade.py). Only where compiles run in worker
             processes (``compile_workers`` above 1).
         huge_pages: on Linux 6.1 or later, ask the kernel to move each CPU
             weight of 2 MiB or more that a MAX graph reads onto 2 MiB pages

@@ -10,8 +10,9 @@ import torch
 
 from torch_max_backend import max_backend
 from torch_max_backend.lower.builder import build_graph
-from torch_max_backend.lower.builder.folding import MAX_FOLDED_BYTES
 from torch_max_backend.lower.builder.planning import InputPlan
+from torch_max_backend.lower.passes import analyzed
+from torch_max_backend.lower.passes.folding import MAX_FOLDED_BYTES
 from torch_max_backend.plan import InputKind
 
 from .aten_graphs import aten_graphs
@@ -34,8 +35,8 @@ def _constants(plan: InputPlan) -> list[torch.Tensor]:
 
 def test_a_mask_built_from_arange_is_computed_at_planning():
     gm = aten_graphs(_causal_softmax, torch.randn(16, 16))[0]
-    plan = InputPlan(gm)
-    folded = plan.constant_subexpressions.folded
+    plan = InputPlan(gm, analyzed(gm))
+    folded = plan.findings.constants.folded
     assert {n.target for n in folded} >= {
         aten.arange.default,
         aten.ge.Tensor,
@@ -61,8 +62,9 @@ def test_random_ops_and_huge_values_stay_in_the_graph():
         big = torch.arange(huge, dtype=torch.float32).sum()
         return x + noise + big
 
-    plan = InputPlan(aten_graphs(fn, torch.randn(4))[0])
-    targets = {n.target for n in plan.constant_subexpressions.folded}
+    gm = aten_graphs(fn, torch.randn(4))[0]
+    plan = InputPlan(gm, analyzed(gm))
+    targets = {n.target for n in plan.findings.constants.folded}
     assert aten.rand.default not in targets
     assert aten.arange.default not in targets
     assert aten.sum.default not in targets
@@ -72,8 +74,9 @@ def test_a_lone_fill_stays_a_splat_for_max():
     def fn(x: torch.Tensor) -> torch.Tensor:
         return torch.maximum(x, torch.zeros(4))
 
-    plan = InputPlan(aten_graphs(fn, torch.randn(4))[0])
-    assert not plan.constant_subexpressions.folded
+    gm = aten_graphs(fn, torch.randn(4))[0]
+    plan = InputPlan(gm, analyzed(gm))
+    assert not plan.findings.constants.folded
     # Only the fill value, a lifted scalar, is an input; no [4] tensor.
     assert [t.shape for t in _constants(plan)] == [torch.Size([])]
 

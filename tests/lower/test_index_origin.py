@@ -9,8 +9,9 @@ import torch
 from graph_text import foldable_ops
 
 from torch_max_backend import max_backend
-from torch_max_backend.lower.builder import build_graph, without_repeats
+from torch_max_backend.lower.builder import build_graph
 from torch_max_backend.lower.builder.planning import InputPlan
+from torch_max_backend.lower.passes import analyzed, rewritten
 
 from .aten_graphs import aten_graphs
 
@@ -53,7 +54,8 @@ def _extra_inputs(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
     """The inputs the built graph has beyond those planned without an origin."""
     built = build_graph(gm)
     # Planned as the builder plans it: repeats merged first.
-    planned = len(InputPlan(without_repeats(gm)).sources)
+    gm = rewritten(gm)
+    planned = len(InputPlan(gm, analyzed(gm)).sources)
     return [built.constants[s.index] for s in built.plan.inputs[planned:]]
 
 

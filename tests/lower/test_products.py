@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torch_max_backend.graph_builds import GraphBuilds
 from torch_max_backend.lower.builder import build_graph, graph_fingerprint
 from torch_max_backend.lower.products import SUMMED_PRODUCT_LIMIT
+from torch_max_backend.pipeline.graph_builds import GraphBuilds
 from torch_max_backend.settings import Settings
 
 from .ops.helpers import check_against_eager

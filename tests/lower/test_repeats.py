@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from torch_max_backend import max_backend
-from torch_max_backend.lower.builder.repeats import without_repeats
+from torch_max_backend.lower.passes.repeats import without_repeats
 
 from .aten_graphs import aten_graphs
 

@@ -14,9 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from torch_max_backend import max_backend
-from torch_max_backend.lower.builder.planning import InputPlan
-from torch_max_backend.lower.builder.repeated_kv import find_repeated_kv, unrepeated
-from torch_max_backend.lower.builder.slot_writes import find_slot_writes
+from torch_max_backend.lower.kit import unrepeated
+from torch_max_backend.lower.passes import analyzed
 
 from .aten_graphs import aten_graphs
 from .repeat_kv import repeat_kv
@@ -66,7 +65,7 @@ def test_only_one_position_writes_of_an_otherwise_unread_cache_go_in_place(
     read_old, tokens, found
 ):
     gm = _aten_graph(StaticCache(read_old), tokens)
-    writes = find_slot_writes(gm, InputPlan(gm))
+    writes = analyzed(gm).slot_writes
     # Reading the old keys keeps their update functional; the values' still
     # goes in place. Three positions at once stay functional.
     assert len(writes) == found
@@ -136,8 +135,8 @@ def test_a_decode_step_updates_the_cache_in_place(max_calls, caplog):
 
 def test_repeat_kv_is_seen_through_only_as_transformers_writes_it():
     gm = _aten_graph(StaticCache(), 1)
-    (attention,) = find_repeated_kv(gm)
-    sources = dict(find_repeated_kv(gm)[attention])
+    (attention,) = analyzed(gm).repeated_kv
+    sources = dict(analyzed(gm).repeated_kv[attention])
     # Both repeats lead back to the caches' updated values.
     assert sorted(sources) == [1, 2]
     assert all(s.target is torch.ops.aten.index_put.default for s in sources.values())
@@ -171,7 +170,7 @@ def test_one_position_is_checked_against_each_cache_length():
     gm = aten_graphs(
         TwoLengths(), k, torch.tensor([3]), keep_inference_input_mutations=True
     )[0]
-    assert len(find_slot_writes(gm, InputPlan(gm))) == 2  # both in place
+    assert len(analyzed(gm).slot_writes) == 2  # both in place
     with torch.no_grad():
         torch.testing.assert_close(
             compiled(k, torch.tensor([3])), eager(k, torch.tensor([3]))
@@ -254,4 +253,4 @@ def test_slots_with_a_ragged_run_or_along_the_last_dim_match_eager(max_calls):
         torch.tensor([0]),
         keep_inference_input_mutations=True,
     )[0]
-    assert len(find_slot_writes(gm, InputPlan(gm))) == 2  # both in place
+    assert len(analyzed(gm).slot_writes) == 2  # both in place

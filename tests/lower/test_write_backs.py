@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from torch_max_backend import max_backend
-from torch_max_backend.lower.builder.planning import MAX_BUFFERS
+from torch_max_backend.lower.passes.mutations import MAX_BUFFERS
 
 
 def test_an_update_of_more_inputs_than_buffers_writes_back_every_one(

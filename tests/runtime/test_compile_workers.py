@@ -133,7 +133,7 @@ def test_a_killed_worker_is_replaced_and_the_graph_compiled_again(tmp_path):
 
 def test_a_compile_dropped_at_exit_is_not_waited_for(monkeypatch):
     """Exit finishes the compiles it tracks; an upgrade's is not among them
-    (product_upgrade.py: a script's exit must not wait a minute for it)."""
+    (pipeline/product_upgrade.py: a script's exit must not wait a minute for it)."""
     monkeypatch.setattr(compile_workers, "worker_count", lambda *args: 1)
     release = threading.Event()
     cpu = torch.device("cpu")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_max_backend.backend import _compiled_graph
+from torch_max_backend.pipeline.compiling import compiled_graph as _compiled_graph
 from torch_max_backend.plan import GraphPlan, InputKind, InputSource
 from torch_max_backend.runtime import huge_pages
 from torch_max_backend.runtime.compiled_graph import CompiledGraph

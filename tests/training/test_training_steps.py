@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from tiny_models import tiny_llama
 
-from torch_max_backend.fallback import FallbackWarning
+from torch_max_backend.pipeline.fallback import FallbackWarning
 from torch_max_backend.runtime.compiled_graph import CompiledGraph
 
 from .helpers import assert_same_training, train_both

@@ -8,7 +8,7 @@ kernel (an index 0, a divisor 1) and records a check: a flag the graph
 computes ("some index was out of range") with the error eager gives. The
 graph returns every flag in one output; the runtime raises the first check
 whose flag is set, after the call (plan.RuntimeCheck). An index whose values PyTorch computed when the
-graph was planned (builder/folding.py) and found in range needs no check:
+graph was planned (passes/folding.py) and found in range needs no check:
 each costs MAX a reduction kernel to compile (about 0.7 s on a 2-core AMD
 EPYC, max 26.7; bicubic interpolation alone indexes 16 times).
 """

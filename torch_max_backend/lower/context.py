@@ -32,7 +32,7 @@ class LoweringContext:
     # Set while a half-precision node's math is built in float32 (opmath.py):
     # the dtype its lowering computes in, reported as its output dtype.
     computed_in: torch.dtype | None = None
-    # Values PyTorch computed at planning (builder/folding.py), by FX node:
+    # Values PyTorch computed at planning (passes/folding.py), by FX node:
     # the graph reads them as constant inputs.
     folded: Mapping[torch.fx.Node, torch.Tensor] = field(default_factory=dict)
 

@@ -16,6 +16,8 @@ import torch
 
 from .registry import SupportsFn
 
+aten = torch.ops.aten
+
 
 def node_arg(node: torch.fx.Node, index: int, name: str, default: Any) -> Any:
     """Argument ``index``/``name`` of an FX node, positional or keyword."""
@@ -152,3 +154,43 @@ def static_dim(position: int, default: int) -> SupportsFn:
         return None
 
     return check
+
+
+def _sizes(node: object) -> list[object] | None:
+    meta = tensor_meta(node)
+    return None if meta is None else list(meta.shape)
+
+
+def unrepeated(node: object) -> torch.fx.Node | None:
+    """The ``[B, Hkv, L, E]`` tensor that ``node`` repeats to ``[B, Hkv*g, L, E]``
+    with consecutive copies of each head (transformers' repeat_kv: unsqueeze,
+    expand, clone, view), else None. Attention reads grouped heads directly
+    (passes/repeated_kv.py), and its capability checks ask too."""
+    views = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+    if not isinstance(node, torch.fx.Node) or node.target not in views:
+        return None
+    inner = node.args[0]
+    if isinstance(inner, torch.fx.Node) and inner.target is aten.clone.default:
+        inner = inner.args[0]
+    if not isinstance(inner, torch.fx.Node) or inner.target is not aten.expand.default:
+        return None
+    unsqueezed = inner.args[0]
+    if (
+        not isinstance(unsqueezed, torch.fx.Node)
+        or unsqueezed.target is not aten.unsqueeze.default
+        or unsqueezed.args[1] != 2
+    ):
+        return None
+    source = unsqueezed.args[0]
+    kv, expanded, repeated = _sizes(source), _sizes(inner), _sizes(node)
+    if kv is None or expanded is None or repeated is None or len(kv) != 4:
+        return None
+    b, heads, length, width = kv
+    group = expanded[2]
+    if not isinstance(heads, int) or not isinstance(group, int):
+        return None
+    if not same_sizes(expanded, [b, heads, group, length, width]):
+        return None
+    if not same_sizes(repeated, [b, heads * group, length, width]):
+        return None
+    return source  # type: ignore[return-value]

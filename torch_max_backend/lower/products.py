@@ -39,7 +39,7 @@ from .shapes import index_along, static_size
 SUMMED_PRODUCT_LIMIT = 1 << 21
 # From about here up a summed product runs slower than MAX's matmul: a graph
 # with one this large is worth the matmul's compile once it runs
-# (product_upgrade.py; the model check's T5 and llama, 32 x 64 x 64 products,
+# (pipeline/product_upgrade.py; the model check's T5 and llama, 32 x 64 x 64 products,
 # ran 2-3x slower summed, AMD EPYC).
 MATMUL_FASTER_FROM = 1 << 17
 

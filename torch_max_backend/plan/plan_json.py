@@ -1,7 +1,7 @@
 """A ``GraphPlan`` as JSON-ready data and back.
 
 Plans are saved beside compiled artifacts so that a later process can run a
-graph it has seen before without building its MAX graph again (warm_start.py),
+graph it has seen before without building its MAX graph again (pipeline/warm_start.py),
 and bundles carry them to other machines: plain data, read with checks,
 never unpickled.
 """

@@ -154,7 +154,7 @@ def _start(
 @contextlib.contextmanager
 def dropped_at_exit() -> Iterator[None]:
     """Compiles started inside are not finished before the process exits:
-    nothing waits for them (product_upgrade.py), so a script's exit does
+    nothing waits for them (pipeline/product_upgrade.py), so a script's exit does
     not wait a minute for one. Only a worker process's compile is dropped;
     one in this process runs to its end."""
     token = _dropped_at_exit.set(True)

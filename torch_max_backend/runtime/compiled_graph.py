@@ -196,7 +196,7 @@ class CompiledGraph:
 
     def switch_model(self, model: Model, keeps_model: object) -> None:
         """Later calls run ``model``, a compile of the same graph plan (the
-        same inputs and outputs; product_upgrade.py). Safe from another
+        same inputs and outputs; pipeline/product_upgrade.py). Safe from another
         thread: a call in flight finishes on the model it started with."""
         self._run = (model._execute_device_tensors, None)
         self.keeps_model = keeps_model

@@ -33,12 +33,12 @@ class CompileStats:
             over compiles, which may overlap in worker processes).
         warm_starts: ATen graphs run without building their MAX graph:
             an earlier process (or a bundle) recorded the plan and the
-            compiled artifact of the same graph (warm_start.py).
+            compiled artifact of the same graph (pipeline/warm_start.py).
         eager_calls: calls of a graph that ran in PyTorch while its MAX
             graph was still compiling in the background.
         product_upgrades: graphs first compiled with small products built
             as sums (a quick compile) that switched to a compile of the
-            same graph on MAX's matmul kernel (product_upgrade.py).
+            same graph on MAX's matmul kernel (pipeline/product_upgrade.py).
         pending: ATen graphs whose MAX graphs are not ready yet (queued,
             building or compiling); a gauge that a reset does not zero.
     """

@@ -2,7 +2,7 @@
 and the artifact holding its compiled MAX graph.
 
 A record lets a later process (or another machine, through a bundle) skip
-building the MAX graph of an ATen graph it has seen (warm_start.py). Records
+building the MAX graph of an ATen graph it has seen (pipeline/warm_start.py). Records
 are small JSON files beside the artifacts, written atomically; one that
 cannot be read is removed and the graph built as usual.
 """

@@ -1,15 +1,16 @@
 """Building a MAX graph from an FX ATen graph, one job a module.
 
-``capability`` says whether every node can be lowered, ``repeats`` merges
-repeated subexpressions, ``planning`` decides the graph's inputs, ``walk``
-calls each node's lowering, and ``outputs`` writes the plan of the values the
-FX graph returns.
+``capability`` says whether every node can be lowered, ``planning`` decides
+the graph's inputs, ``walk`` calls each node's lowering, and ``outputs``
+writes the plan of the values the FX graph returns. They read what the FX
+passes found (lower/passes/), run once before them, and never call a pass.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..passes import ALL_OUTPUTS, CallerOutputs, GraphFindings, analyzed, rewritten
 from .capability import (
     check_supported,
     computes_nothing,
@@ -18,10 +19,8 @@ from .capability import (
     strategy_of,
     why_unsupported,
 )
-from .eager_layouts import ALL_OUTPUTS, CallerOutputs
 from .fingerprint import graph_fingerprint
 from .planning import InputPlan, graph_device
-from .repeats import without_repeats
 from .walk import GRAPH_NAME, BuiltGraph, NodeWalk
 
 __all__ = [
@@ -29,7 +28,10 @@ __all__ = [
     "GRAPH_NAME",
     "BuiltGraph",
     "CallerOutputs",
+    "GraphFindings",
     "InputPlan",
+    "analyzed",
+    "build_analyzed",
     "build_graph",
     "check_supported",
     "computes_nothing",
@@ -37,9 +39,9 @@ __all__ = [
     "graph_device",
     "graph_fingerprint",
     "is_size_arithmetic",
+    "rewritten",
     "strategy_of",
     "why_unsupported",
-    "without_repeats",
 ]
 
 
@@ -49,16 +51,27 @@ def build_graph(
     summed_products: bool = True,
 ) -> BuiltGraph:
     """The MAX graph of ``gm`` and its plan; raises for what cannot be lowered.
+    Runs every FX pass on ``gm`` first (``rewritten``, then ``analyzed``).
     The outputs ``eager_layouts`` names (those reaching the caller as they
-    are) keep eager's strides and aliasing (eager_layouts.py);
+    are) keep eager's strides and aliasing (passes/eager_layouts.py);
     ``summed_products`` lets small products be sums (lower/products.py)."""
+    gm = rewritten(gm)
+    return build_analyzed(gm, analyzed(gm, eager_layouts), summed_products)
+
+
+def build_analyzed(
+    gm: torch.fx.GraphModule, findings: GraphFindings, summed_products: bool = True
+) -> BuiltGraph:
+    """``build_graph`` of a graph already ``rewritten``, whose passes' findings
+    are ``findings`` (its ``analyzed``): the way of a graph whose passes ran
+    before (the backend takes a graph's fingerprint after its rewrites, and
+    a warm start plans inputs from the same findings a build reads)."""
     from ..families import register_families
 
     register_families()
     check_supported([gm])
-    gm = without_repeats(gm)
-    plan = InputPlan(gm)
-    walk = NodeWalk(gm, plan, eager_layouts, summed_products)
+    plan = InputPlan(gm, findings)
+    walk = NodeWalk(gm, plan, summed_products)
     built = walk.run()
     # Some lowering built index ranges from constants alone, which MAX would
     # evaluate at compile time: built again, they start at a runtime zero
@@ -68,8 +81,9 @@ def build_graph(
     # matmul's compile anyway, so all are matmuls (lower/products.py).
     mixed = walk.products.mixed
     if wants_origin or mixed:
-        plan = InputPlan(gm, index_origin=wants_origin)
+        # The same findings: the passes ran once for this graph.
+        plan = InputPlan(gm, findings, index_origin=wants_origin)
         sums = summed_products and not mixed
-        walk = NodeWalk(gm, plan, eager_layouts, summed_products=sums)
+        walk = NodeWalk(gm, plan, summed_products=sums)
         built = walk.run()
     return built

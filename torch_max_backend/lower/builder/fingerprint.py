@@ -1,5 +1,9 @@
 """A fingerprint of everything that decides the MAX graph built from an ATen graph.
 
+It is taken of the graph the FX passes' rewrites made (lower/passes/); what
+the analysis passes find follows from that graph and from the caller outputs
+named in the header, so the fingerprint covers the passes' output.
+
 Two graphs with one fingerprint build the same MAX graph and the same plan:
 the fingerprint covers every node's op, arguments and fake-tensor metadata
 (dtypes, sizes with their symbols, strides, devices), the lowering chosen for
@@ -27,9 +31,9 @@ import torch
 from torch._ops import OpOverload
 
 from ... import logs
+from ..passes import CallerOutputs
 from ..registry import strategy_for
 from .capability import SYM_FUNCTIONS, lowering_of
-from .eager_layouts import CallerOutputs
 
 _PACKAGE = Path(__file__).resolve().parents[2]
 _OWN_NAMESPACES = ("aten", "prims")

@@ -7,6 +7,7 @@ expression of sizes (``s0 + 1``, ``s0 // 2``) written as plain data
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sympy
@@ -15,14 +16,11 @@ from max.graph import TensorValue, ops
 from torch.utils._sympy import functions as size_fns
 
 from ...errors import MaxCompilerError
-from ...plan import OutputKind, OutputSlot, SizeExpr
-from .eager_layouts import (
-    CallerOutputs,
-    is_contiguous,
-    layout,
-    memory_order,
-    viewed_node,
-)
+from ...plan import Layout, OutputKind, OutputSlot, SizeExpr
+from ..passes import EagerLayout
+
+# A size (int or SymInt) as a size expression of the FX inputs' sizes.
+SizeConverter = Callable[[int | torch.SymInt], SizeExpr]
 
 # sympy (and torch's sympy functions) -> the size interpreter's operators.
 _OPERATORS: dict[type, str] = {
@@ -79,6 +77,15 @@ def size_expr(
     return convert(expr)
 
 
+def layout(meta: torch.Tensor, convert: SizeConverter) -> Layout:
+    """``meta``'s sizes, strides and storage offset as ``as_strided`` takes them."""
+    return (
+        tuple(convert(s) for s in meta.shape),
+        tuple(convert(s) for s in meta.stride()),
+        convert(meta.storage_offset()),
+    )
+
+
 class OutputPlan:
     """Collects the output slots and the distinct MAX outputs behind them."""
 
@@ -86,11 +93,12 @@ class OutputPlan:
         self,
         placeholders: list[torch.fx.Node],
         symbols: dict[sympy.Symbol, tuple[int, int]],
-        eager_layouts: CallerOutputs | None = None,
+        eager_layouts: Mapping[int, EagerLayout],
     ) -> None:
         self.placeholders = placeholders
         self.symbols = symbols
-        # The outputs that keep eager's strides and aliasing (eager_layouts.py).
+        # The outputs that keep eager's strides and aliasing, by position
+        # (passes/eager_layouts.py).
         self.eager_layouts = eager_layouts
         self.slots: list[OutputSlot] = []
         self.graph_outputs: list[TensorValue] = []
@@ -136,45 +144,27 @@ class OutputPlan:
             raise MaxCompilerError(
                 f"graph output {item.name} is a {type(value).__name__}, not a tensor"
             )
-        if self.eager_layouts is not None and len(self.slots) in self.eager_layouts:
-            slot = self._eager_layout_slot(item, values)
-            if slot is not None:
-                return slot
+        eager = self.eager_layouts.get(len(self.slots))
+        base = None if eager is None else values.get(eager.root)
+        if eager is not None and isinstance(base, TensorValue):
+            # Read through as_strided from a MAX output laid out as eager
+            # lays out the memory it lies in.
+            if eager.order is None:
+                index = self._output_index(base)
+            else:
+                index = self._ordered_output(base, eager.order)
+            convert = self._size_expr(item)
+            return OutputSlot(
+                OutputKind.GRAPH, index, layout=layout(item.meta["val"], convert)
+            )
         return OutputSlot(OutputKind.GRAPH, self._output_index(value))
 
-    def _eager_layout_slot(
-        self, item: torch.fx.Node, values: dict[torch.fx.Node, Any]
-    ) -> OutputSlot | None:
-        """``item`` read through ``as_strided`` from a MAX output laid out as
-        eager lays out the memory it lies in; None where it is contiguous
-        memory of its own, or that memory is an input's or not dense."""
-        meta = item.meta.get("val")
-        if not isinstance(meta, torch.Tensor):
-            return None
-        root = viewed_node(item) or item
-        base = values.get(root)
-        if root.op == "placeholder" or not isinstance(base, TensorValue):
-            return None
-        base_meta = root.meta["val"]
-        if is_contiguous(base_meta):
-            if root is item:
-                return None
-            index = self._output_index(base)
-        else:
-            order = memory_order(base_meta)
-            if order is None:
-                return None
-            index = self._ordered_output(base, order)
-        return OutputSlot(
-            OutputKind.GRAPH, index, layout=layout(meta, self._size_expr(item))
-        )
-
-    def _ordered_output(self, value: TensorValue, order: list[int]) -> int:
+    def _ordered_output(self, value: TensorValue, order: tuple[int, ...]) -> int:
         """A MAX output holding ``value`` written in the memory order ``order``."""
         key = (id(value), tuple(order))
         if key not in self._ordered:
             self._ordered[key] = len(self.graph_outputs)
-            self.graph_outputs.append(ops.permute(value, order))
+            self.graph_outputs.append(ops.permute(value, list(order)))
         return self._ordered[key]
 
     def _size_expr(self, item: torch.fx.Node) -> Any:

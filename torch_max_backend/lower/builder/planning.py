@@ -19,21 +19,13 @@ from max.graph import BufferType, DeviceRef, TensorType
 from ...dtypes import to_device_ref, to_max_dtype
 from ...errors import MaxCompilerError
 from ...plan import InputKind, InputSource
+from ..passes import GraphFindings
 from ..registry import draws_random, lifts_scalars
 from ..shapes import max_dim
 from .capability import lowering_of
-from .folding import ConstantSubexpressions
 
 # The seed input's metadata: one int64.
 _SEED_META = torch.empty((1,), dtype=torch.int64)
-
-# At most this many mutated inputs of one graph become MAX buffers written in
-# place; the others are graph outputs the runtime copies into their tensors.
-# MAX's compile time climbs steeply past a few dozen buffers in one graph
-# (max 26.7, AMD EPYC Zen 5: an update of 24 buffers compiles in 16 s, 30 in
-# 22 s, 34 in 95 s, 41 in over 400 s; the same 41 updates as outputs in 20 s),
-# and an optimizer step mutates every parameter and its state.
-MAX_BUFFERS = 24
 
 
 def graph_device(gm: torch.fx.GraphModule) -> torch.device:
@@ -57,18 +49,6 @@ def graph_device(gm: torch.fx.GraphModule) -> torch.device:
         if isinstance(meta, torch.Tensor):
             return meta.device
     return torch.device("cpu")
-
-
-def writes_input(node: torch.fx.Node, target: Any) -> bool:
-    """Whether ``node`` is AOTAutograd's copy of a new value into the tensor input ``target``."""
-    return (
-        node.op == "call_function"
-        and node.target is torch.ops.aten.copy_.default
-        and node.args[0] is target
-        and isinstance(target, torch.fx.Node)
-        and target.op == "placeholder"
-        and isinstance(target.meta.get("val"), torch.Tensor)
-    )
 
 
 def _first_tensor_meta(values: Any) -> torch.Tensor | None:
@@ -98,31 +78,17 @@ def _takes_number(arg: torch.Argument) -> bool:
     return isinstance(t, (torch.NumberType, torch.TensorType))
 
 
-def _writes_one_slot(node: torch.fx.Node) -> bool:
-    """Whether an index_put or index_copy writes into ``node`` (a KV cache's
-    update, which slot_writes may turn into a one-slot store)."""
-    return any(
-        user.target
-        in (torch.ops.aten.index_put.default, torch.ops.aten.index_copy.default)
-        and user.args[0] is node
-        for user in node.users
-    )
-
-
-def _buffered(mutated: list[torch.fx.Node]) -> list[torch.fx.Node]:
-    """The mutated inputs that become MAX buffers: all, up to MAX_BUFFERS;
-    beyond it, KV caches first (a one-slot store saves copying the cache)."""
-    if len(mutated) <= MAX_BUFFERS:
-        return mutated
-    caches = [n for n in mutated if _writes_one_slot(n)]
-    return caches[:MAX_BUFFERS]
-
-
 class InputPlan:
     """The MAX inputs of one FX graph: their types and their sources."""
 
-    def __init__(self, gm: torch.fx.GraphModule, index_origin: bool = False) -> None:
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        findings: GraphFindings,
+        index_origin: bool = False,
+    ) -> None:
         self.gm = gm
+        self.findings = findings
         self.device = graph_device(gm)
         self.device_ref: DeviceRef = to_device_ref(self.device)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -140,16 +106,9 @@ class InputPlan:
         self.scalars_of: dict[torch.fx.Node, list[tuple[int | str, int, type]]] = {}
         # sympy symbol -> (FX input index, dim), for symbolic sizes.
         self.symbols: dict[sympy.Symbol, tuple[int, int]] = {}
-        # Tensor inputs the graph writes in place.
-        self.mutated = [
-            node
-            for node in self.placeholders
-            if any(writes_input(user, node) for user in node.users)
-        ]
-        # Those written in place as MAX buffers; the rest are written back.
-        self.buffered = _buffered(self.mutated)
-        # Nodes computed from literals alone, by PyTorch, here (folding).
-        self.constant_subexpressions = ConstantSubexpressions(gm)
+        # Tensor inputs the graph writes in place as MAX buffers; the other
+        # mutated inputs are written back (passes/mutations.py).
+        self.buffered = findings.mutations.buffered
         self._plan()
         if index_origin:
             zero = torch.zeros((), dtype=torch.int64)
@@ -212,8 +171,9 @@ class InputPlan:
                     self.input_of[node] = self._add_constant(
                         value.detach().to(self.device), value, f"constant {node.target}"
                     )
-            elif node in self.constant_subexpressions.folded:
-                value = self.constant_subexpressions.frontier.get(node)
+            elif node in self.findings.constants.folded:
+                # Computed by PyTorch at planning (passes/folding.py).
+                value = self.findings.constants.frontier.get(node)
                 if value is not None:
                     self.input_of[node] = self._add_constant(
                         value.to(self.device), value, f"constant {node.name}"

@@ -3,10 +3,11 @@
 Placeholders read their planned MAX inputs, lifted scalars reach lowerings as
 ``ScalarArg`` inputs, every lowering's result is checked against torch's fake
 tensor, and AOTAutograd's copies into mutated inputs become MAX buffer stores
-(of one slot only where a KV cache gets one new position: slot_writes), or,
-past MAX_BUFFERS mutated inputs, outputs the runtime copies back (planning);
-attention reads K and V before transformers' repeat_kv copies them (repeated_kv);
-index ranges start at the graph's runtime zero where it has one (index_origin).
+(of one slot only where a KV cache gets one new position: slot_store), or,
+past MAX_BUFFERS mutated inputs, outputs the runtime copies back; attention
+reads K and V before transformers' repeat_kv copies them; index ranges start
+at the graph's runtime zero where it has one (index_origin). What to do with
+which node, the walk reads from the passes' findings (lower/passes/).
 """
 
 from __future__ import annotations
@@ -29,11 +30,9 @@ from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
-from .eager_layouts import CallerOutputs
 from .outputs import OutputPlan
-from .planning import InputPlan, writes_input
-from .repeated_kv import find_repeated_kv
-from .slot_writes import SharedBounds, find_slot_writes, store_slot
+from .planning import InputPlan
+from .slot_store import SharedBounds, store_slot
 
 # A fixed name: MAX's caches key on the graph text, name included.
 GRAPH_NAME = "torch_max_graph"
@@ -50,7 +49,7 @@ class BuiltGraph:
     index_origin: bool = False
     # Multiply-adds of its largest product built as a sum for compile
     # time's sake (lower/products.py), 0 for none: a matmul version may
-    # replace it later (product_upgrade.py).
+    # replace it later (pipeline/product_upgrade.py).
     largest_sum: int = 0
 
     @property
@@ -93,21 +92,21 @@ class NodeWalk:
         self,
         gm: torch.fx.GraphModule,
         inputs: InputPlan,
-        eager_layouts: CallerOutputs | None = None,
         summed_products: bool = True,
     ) -> None:
         self.gm = gm
         self.inputs = inputs
-        self.eager_layouts = eager_layouts
+        self.findings = inputs.findings
         self.values: dict[torch.fx.Node, Any] = {}
         self.twins = ChannelsLastTwins()
         self.graph = Graph(GRAPH_NAME, input_types=inputs.types)
-        self.slot_writes = find_slot_writes(gm, inputs)
+        # The slot kernel (kernels/mojo/slot_write.mojo) runs on the CPU.
+        cpu = inputs.device.type == "cpu"
+        self.slot_writes = self.findings.slot_writes if cpu else {}
         # The cache inputs they update in place, and the copy_ nodes they replace.
         self.written_in_place = {w.target for w in self.slot_writes.values()}
         self.done_write_backs = {w.write_back: n for n, w in self.slot_writes.items()}
         self.slot_bounds: SharedBounds = {}
-        self.repeated_kv = find_repeated_kv(gm)
         origin = inputs.origin_index
         self.origin = IndexOrigin(
             None if origin is None else self.graph.inputs[origin].tensor
@@ -134,7 +133,7 @@ class NodeWalk:
                 args[key] = scalar
             else:
                 kwargs[key] = scalar
-        for position, source in self.repeated_kv.get(node, ()):
+        for position, source in self.findings.repeated_kv.get(node, ()):
             args[position] = self.values[source]
         return args, kwargs
 
@@ -147,7 +146,7 @@ class NodeWalk:
         if fn is None:  # the capability check ran first; this guards direct use
             raise UnsupportedOpsError(find_unsupported([self.gm]))
         args, kwargs = self._arguments(node)
-        folded = self.inputs.constant_subexpressions.frontier
+        folded = self.findings.constants.frontier
         with lowering_node(node, self.inputs.device_ref, self.twins, folded):
             try:
                 if is_pointwise(target):
@@ -222,8 +221,9 @@ class NodeWalk:
         items = node.args[0]
         items = items if isinstance(items, (list, tuple)) else [items]
         for item in items:
-            if isinstance(item, torch.fx.Node) and writes_input(
-                item, item.args[0] if item.args else None
+            if (
+                isinstance(item, torch.fx.Node)
+                and item in self.findings.mutations.copies
             ):
                 outputs.add_input(item.args[0])
             else:
@@ -231,7 +231,9 @@ class NodeWalk:
 
     def run(self) -> BuiltGraph:
         plan = self.inputs
-        outputs = OutputPlan(plan.placeholders, plan.symbols, self.eager_layouts)
+        outputs = OutputPlan(
+            plan.placeholders, plan.symbols, self.findings.eager_layouts
+        )
         checks = Checks()
         with (
             self.graph,
@@ -247,7 +249,7 @@ class NodeWalk:
             for node in self.gm.graph.nodes:
                 if node.op == "get_attr":
                     self.values[node] = self._attribute_value(node)
-                elif node in plan.constant_subexpressions.folded:
+                elif node in self.findings.constants.folded:
                     # Computed by PyTorch at planning (folding): the values
                     # other nodes read are inputs, the rest is read by no one.
                     if node in plan.input_of:
@@ -257,7 +259,7 @@ class NodeWalk:
                 elif node in self.done_write_backs:
                     self.values[node] = self.values[self.done_write_backs[node]]
                 elif node.op == "call_function":
-                    writes = writes_input(node, node.args[0] if node.args else None)
+                    writes = node in self.findings.mutations.copies
                     result = self._call(node)
                     if writes and node.args[0] in plan.buffered:
                         # AOTAutograd's epilogue for a mutated input: MAX stores

@@ -24,9 +24,8 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 
-from ..builder.repeated_kv import unrepeated
 from ..context import unread_output
-from ..kit import fake_tensor, outputs_read, schema_args
+from ..kit import fake_tensor, outputs_read, schema_args, unrepeated
 from ..products import product, product_by_rows
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor

@@ -7,10 +7,10 @@ from typing import Any
 from max.graph import DeviceRef, TensorType
 
 from ..dtypes import to_max_dtype
-from ..lower.context import current
-from ..lower.shapes import max_dim
-from .library import custom
-from .mojo_declaration import MojoOpDeclaration, described_outputs
+from ..kernels.library import custom
+from ..kernels.mojo_declaration import MojoOpDeclaration, described_outputs
+from .context import current
+from .shapes import max_dim
 
 
 class MojoOpLowering:

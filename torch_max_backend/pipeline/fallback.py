@@ -26,11 +26,11 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule, topo_sort
 
-from . import logs
-from .errors import LoweringError, MaxCompilerError, describe_value, first_line
+from .. import logs
+from ..errors import LoweringError, MaxCompilerError, describe_value, first_line
+from ..lower.builder import is_size_arithmetic, why_unsupported
+from ..settings import Settings
 from .handoff import keep_eager_layouts
-from .lower.builder import is_size_arithmetic, why_unsupported
-from .settings import Settings
 
 logger = logging.getLogger(__name__)
 

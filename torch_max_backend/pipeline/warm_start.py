@@ -24,15 +24,16 @@ import torch
 from max.engine import Model
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from . import logs
+from .. import logs
+from ..lower.builder import BuiltGraph, InputPlan, graph_device
+from ..plan import GraphPlan, plan_from_data, plan_to_data
+from ..runtime.model_table import Hold
+from ..runtime.session import CompileRecord, load_saved, local_text, portable_text
+from ..runtime.stats import record as record_stats
+from ..settings import Settings
+from ..storage.known_graphs import forget, read_record, record_path, write_record
 from .fallback import Placement, needs_torch
-from .lower.builder import BuiltGraph, InputPlan, graph_device
-from .plan import GraphPlan, plan_from_data, plan_to_data
-from .runtime.model_table import Hold
-from .runtime.session import CompileRecord, load_saved, local_text, portable_text
-from .runtime.stats import record as record_stats
-from .settings import Settings
-from .storage.known_graphs import forget, read_record, record_path, write_record
+from .graph_builds import GraphBuilds
 
 _log = logs.get_logger("compile")
 
@@ -51,10 +52,14 @@ class WarmGraph:
 
 
 def start_warm(
-    gm: torch.fx.GraphModule, fingerprint: str, settings: Settings
+    gm: torch.fx.GraphModule,
+    builds: GraphBuilds,
+    fingerprint: str,
+    settings: Settings,
 ) -> WarmGraph | None:
     """``gm`` from its record and saved artifact; None when there is no
-    usable record (the caller then builds and compiles as usual)."""
+    usable record (the caller then builds and compiles as usual, with the
+    passes' findings ``builds`` kept for ``gm``)."""
     start = time.perf_counter()
     # Inputs are planned only for a graph with a record: a cold graph's
     # build plans them anyway.
@@ -62,8 +67,9 @@ def start_warm(
     saved = read_record(path)
     if saved is None or needs_torch(gm, Placement(settings)):
         return None  # never compiled whole, or split now (torch_executed_ops)
+    findings = builds.findings(gm)
     with unset_fake_temporarily():  # constants are real tensors
-        inputs = InputPlan(gm, index_origin=saved.get("index_origin") is True)
+        inputs = InputPlan(gm, findings, index_origin=saved.get("index_origin") is True)
     try:
         plan = plan_from_data(saved["plan"])
         key = saved["graph_key"]

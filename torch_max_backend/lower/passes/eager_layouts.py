@@ -18,37 +18,16 @@ our own backward graph reads it.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 import sympy
 import torch
 from torch._ops import OpOverload
 
-from ...plan import Layout, SizeExpr
 from ..shapes import storage_order
+from .findings import ALL_OUTPUTS, CallerOutputs, EagerLayout, GraphFindings, frozen_map
 
-# A size (int or SymInt) as a size expression of the FX inputs' sizes.
-SizeConverter = Callable[[int | torch.SymInt], SizeExpr]
-
-
-@dataclass(frozen=True)
-class CallerOutputs:
-    """The positions in a graph's output tuple, ``start`` up to ``stop`` (None:
-    to the end), whose tensors reach the caller as the graph returns them."""
-
-    start: int = 0
-    stop: int | None = None
-
-    def __contains__(self, position: int) -> bool:
-        return self.start <= position and (self.stop is None or position < self.stop)
-
-    def __str__(self) -> str:
-        return f"outputs {self.start}:{'' if self.stop is None else self.stop}"
-
-
-# An inference graph's: every output.
-ALL_OUTPUTS = CallerOutputs()
+__all__ = ["ALL_OUTPUTS", "CallerOutputs", "find_eager_layouts"]
 
 
 def _is_view_op(target: object) -> bool:
@@ -118,10 +97,40 @@ def memory_order(meta: torch.Tensor) -> list[int] | None:
     return storage_order(meta)
 
 
-def layout(meta: torch.Tensor, convert: SizeConverter) -> Layout:
-    """``meta``'s sizes, strides and storage offset as ``as_strided`` takes them."""
-    return (
-        tuple(convert(s) for s in meta.shape),
-        tuple(convert(s) for s in meta.stride()),
-        convert(meta.storage_offset()),
-    )
+def _eager_layout(item: object) -> EagerLayout | None:
+    """How the returned ``item`` keeps eager's layout: read through
+    ``as_strided`` from its root's MAX output, written in the root's memory
+    order; None where it is contiguous memory of its own, or that memory is
+    an input's or not dense."""
+    if not isinstance(item, torch.fx.Node):
+        return None
+    meta = item.meta.get("val")
+    if not isinstance(meta, torch.Tensor) or item.op == "placeholder":
+        return None
+    root = viewed_node(item) or item
+    if root.op == "placeholder":
+        return None
+    base_meta = root.meta["val"]
+    if is_contiguous(base_meta):
+        return None if root is item else EagerLayout(root, None)
+    order = memory_order(base_meta)
+    return None if order is None else EagerLayout(root, tuple(order))
+
+
+def find_eager_layouts(
+    gm: torch.fx.GraphModule, found: GraphFindings
+) -> Mapping[int, EagerLayout]:
+    """The pass: each of ``found.caller_outputs``' positions that keeps
+    eager's layout, and how."""
+    if found.caller_outputs is None:
+        return frozen_map()
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    items = output.args[0]
+    items = items if isinstance(items, (list, tuple)) else [items]
+    layouts = {}
+    for position, item in enumerate(items):
+        if position in found.caller_outputs:
+            layout = _eager_layout(item)
+            if layout is not None:
+                layouts[position] = layout
+    return frozen_map(layouts)

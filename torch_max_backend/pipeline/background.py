@@ -29,14 +29,14 @@ from typing import no_type_check
 import torch
 from torch._functorch.aot_autograd import make_boxed_func
 
-from . import logs
-from .errors import MaxCompilerError, first_line
+from .. import logs
+from ..errors import MaxCompilerError, first_line
+from ..runtime import stats
+from ..runtime.compile_workers import track, worker_count
+from ..runtime.module_batch import gathered
+from ..runtime.progress import BackgroundProgress
 from .fallback import FallbackWarning
 from .product_upgrade import unfinished_upgrades
-from .runtime import stats
-from .runtime.compile_workers import track, worker_count
-from .runtime.module_batch import gathered
-from .runtime.progress import BackgroundProgress
 
 Boxed = Callable[[list], list]
 

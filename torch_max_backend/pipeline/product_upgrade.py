@@ -31,17 +31,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import logs
+from .. import logs
+from ..lower.builder import BuiltGraph
+from ..lower.products import MATMUL_FASTER_FROM
+from ..plan import GraphPlan
+from ..runtime import stats
+from ..runtime.compile_workers import dropped_at_exit, worker_count
+from ..runtime.compiled_graph import CompiledGraph
+from ..runtime.module_batch import alone
+from ..runtime.session import compile_graph_async
+from ..settings import Settings
 from .graph_builds import GraphBuilds
-from .lower.builder import BuiltGraph
-from .lower.products import MATMUL_FASTER_FROM
-from .plan import GraphPlan
-from .runtime import stats
-from .runtime.compile_workers import dropped_at_exit, worker_count
-from .runtime.compiled_graph import CompiledGraph
-from .runtime.module_batch import alone
-from .runtime.session import compile_graph_async
-from .settings import Settings
 from .warm_start import remember
 
 _log = logs.get_logger("compile")

@@ -12,10 +12,10 @@ from max.engine import Model
 from max.graph import Graph, TensorType
 
 from ..dtypes import to_device_ref, to_max_dtype
-from ..runtime.compiled_graph import as_buffer
-from ..runtime.session import compile_graph
-from .library import Parameter, custom
-from .mojo_declaration import MojoOpDeclaration, described_outputs
+from ..kernels.library import Parameter, custom
+from ..kernels.mojo_declaration import MojoOpDeclaration, described_outputs
+from .compiled_graph import as_buffer
+from .session import compile_graph
 
 
 class EagerMojoOp:

@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
-from ..lower.registry import MAPPING_TORCH_ATEN_TO_MAX
-from .library import MojoLibrary
-from .mojo_declaration import MojoOpDeclaration
-from .mojo_eager import EagerMojoOp
-from .mojo_lowering import MojoOpLowering
+from .kernels.library import MojoLibrary
+from .kernels.mojo_declaration import MojoOpDeclaration
+from .lower.mojo_lowering import MojoOpLowering
+from .lower.registry import MAPPING_TORCH_ATEN_TO_MAX
+from .runtime.mojo_eager import EagerMojoOp
 
 _LIBRARIES: dict[Path, MojoLibrary] = {}
 

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.fx.node import map_arg
 
+from .findings import FoldedConstants, GraphFindings, frozen_map
+
 _log = logging.getLogger("torch_max_backend.lower.folding")
 
 # A frontier value larger than this stays in the graph: it would be held in
@@ -101,57 +103,51 @@ def _evaluate(
     return value
 
 
-class ConstantSubexpressions:
-    """The literal-only nodes of one graph, and the values to feed for them.
+def find_constants(gm: torch.fx.GraphModule, found: GraphFindings) -> FoldedConstants:
+    """The pass: the literal-only nodes of ``gm``, computed here, and the
+    values to feed for those that nodes outside them read."""
+    known: dict[torch.fx.Node, torch.Tensor] = {}
+    for node in gm.graph.nodes:
+        meta = _static_meta(node)
+        if (
+            meta is None
+            or not _may_fold(node)
+            or meta.numel() * meta.element_size() > MAX_FOLDED_BYTES
+            or not _literal_only(node.args, known)
+            or not _literal_only(list(node.kwargs.values()), known)
+        ):
+            continue
+        value = _evaluate(node, meta, known)
+        if value is not None:
+            known[node] = value
+    folded = _drop_lone_fills(known)
+    frontier = {
+        node: known[node].detach().contiguous()
+        for node in folded
+        if any(user not in folded for user in node.users)
+    }
+    if frontier:
+        _log.debug(
+            "torch-max-backend: %d constant nodes computed at planning, "
+            "%d fed as inputs",
+            len(folded),
+            len(frontier),
+        )
+    return FoldedConstants(frozenset(folded), frozen_map(frontier))
 
-    ``folded`` holds every node computed here, which the walk lowers none of;
-    ``frontier`` maps those that some node outside it reads to their values.
+
+def _drop_lone_fills(known: dict[torch.fx.Node, torch.Tensor]) -> set[torch.fx.Node]:
+    """The nodes worth folding: all but a fill read by nothing folded,
+    which MAX keeps as a splat it fuses into its readers.
+
+    A value the graph returns is folded too: MAX then returns the constant
+    input's own memory, which the runtime copies for the caller at every
+    call (runtime/compiled_graph.py), so no caller can write into it.
+    One pass is enough: a fill reads no node, so dropping one never leaves
+    another fill with fewer folded readers.
     """
-
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
-        known: dict[torch.fx.Node, torch.Tensor] = {}
-        for node in gm.graph.nodes:
-            meta = _static_meta(node)
-            if (
-                meta is None
-                or not _may_fold(node)
-                or meta.numel() * meta.element_size() > MAX_FOLDED_BYTES
-                or not _literal_only(node.args, known)
-                or not _literal_only(list(node.kwargs.values()), known)
-            ):
-                continue
-            value = _evaluate(node, meta, known)
-            if value is not None:
-                known[node] = value
-        self.folded = self._drop_lone_fills(known)
-        self.frontier = {
-            node: known[node].detach().contiguous()
-            for node in self.folded
-            if any(user not in self.folded for user in node.users)
-        }
-        if self.frontier:
-            _log.debug(
-                "torch-max-backend: %d constant nodes computed at planning, "
-                "%d fed as inputs",
-                len(self.folded),
-                len(self.frontier),
-            )
-
-    @staticmethod
-    def _drop_lone_fills(
-        known: dict[torch.fx.Node, torch.Tensor],
-    ) -> set[torch.fx.Node]:
-        """The nodes worth folding: all but a fill read by nothing folded,
-        which MAX keeps as a splat it fuses into its readers.
-
-        A value the graph returns is folded too: MAX then returns the constant
-        input's own memory, which the runtime copies for the caller at every
-        call (runtime/compiled_graph.py), so no caller can write into it.
-        One pass is enough: a fill reads no node, so dropping one never leaves
-        another fill with fewer folded readers.
-        """
-        return {
-            node
-            for node in known
-            if node.target not in _FILLS or any(user in known for user in node.users)
-        }
+    return {
+        node
+        for node in known
+        if node.target not in _FILLS or any(user in known for user in node.users)
+    }
