@@ -45,7 +45,7 @@ ROOMS: dict[str, str] = {
     "cli": "cli",
     "cli_aot": "cli",
     "": "api",  # the package's __init__: public names, imported lazily
-    "lowering_alias": "api",
+    "old_paths": "api",
 }
 
 _BELOW_LOWER = {"base", "plan", "storage", "kernel_build"}

@@ -106,6 +106,17 @@ messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
 assert any("import torch_max_backend.lower.registry instead" in m for m in messages), messages
 import torch_max_backend
 assert callable(torch_max_backend.lowering)  # still registers lowerings
+with warnings.catch_warnings(record=True) as caught:
+    from torch_max_backend.fallback import FallbackWarning
+    import torch_max_backend.lower.builder.folding as folding
+    from torch_max_backend.kernels.mojo_op import mojo_op
+import torch_max_backend.pipeline.fallback as fallback
+import torch_max_backend.lower.passes.folding as new_folding
+assert FallbackWarning is fallback.FallbackWarning is torch_max_backend.FallbackWarning
+assert folding is new_folding
+assert mojo_op is torch_max_backend.mojo_op
+messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+assert any("import torch_max_backend.pipeline.fallback instead" in m for m in messages)
 """
 
 

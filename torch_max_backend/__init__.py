@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import lowering_alias as _lowering_alias
+from . import old_paths as _old_paths
 from .settings import beartype_enabled as _beartype_enabled
 
 if _beartype_enabled():
@@ -29,9 +29,9 @@ if _beartype_enabled():
         conf=BeartypeConf(violation_type=_InternalTypeError, is_pep484_tower=True)
     )
 
-# The old path of the lowering subpackage, deprecated (lowering_alias.py);
-# appended to the import system's finders, it serves nothing else.
-_lowering_alias.install()
+# The old paths of modules that moved, deprecated (old_paths.py); appended
+# to the import system's finders, it serves nothing that exists.
+_old_paths.install()
 
 # Public name -> the module defining it.
 _EXPORTS = {
