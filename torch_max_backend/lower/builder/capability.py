@@ -22,6 +22,7 @@ from ..registry import (
     strategy_for,
     unsupported_reason,
 )
+from .branches import COND, why_not_cond
 
 # Python-level functions Dynamo and AOTAutograd leave on SymInts and tuples.
 SYM_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
@@ -78,6 +79,10 @@ def why_unsupported(node: torch.fx.Node) -> tuple[str, str, str] | None:
         return None
     if node.op != "call_function" or node.target in SYM_FUNCTIONS:
         return None
+    if node.target is COND:
+        gm = node.graph.owning_module
+        reason = why_not_cond(node, gm, why_unsupported, lowering_of)
+        return None if reason is None else ("higher_order.cond", "cond", reason)
     fn = lowering_of(node)
     if fn is not None:
         reason = unsupported_reason(fn, node)

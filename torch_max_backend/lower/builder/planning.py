@@ -160,6 +160,8 @@ class InputPlan:
         for node in self.gm.graph.nodes:
             if node.op == "get_attr":
                 value = operator.attrgetter(node.target)(self.gm)
+                if isinstance(value, torch.fx.GraphModule):
+                    continue  # a branch of cond: lowered where it is called
                 if not isinstance(value, torch.Tensor):
                     raise MaxCompilerError(
                         f"graph attribute {node.target!r} is a "

@@ -29,6 +29,7 @@ from ..layout import ChannelsLastTwins, is_pointwise
 from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
+from .branches import COND, lower_cond
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
 from .outputs import OutputPlan
 from .planning import InputPlan
@@ -137,8 +138,19 @@ class NodeWalk:
             args[position] = self.values[source]
         return args, kwargs
 
+    def _call_in(self, node: torch.fx.Node, values: dict[torch.fx.Node, Any]) -> Any:
+        """``node`` of a branch graph lowered over that branch's ``values``."""
+        outer, self.values = self.values, values
+        try:
+            return self._call(node)
+        finally:
+            self.values = outer
+
     def _call(self, node: torch.fx.Node) -> Any:
         target = node.target
+        if target is COND:
+            device = self.inputs.device_ref
+            return lower_cond(node, self.gm, self.values, self._call_in, device)
         if target in SYM_FUNCTIONS:
             args = [self._resolve(a) for a in node.args]
             return SYM_FUNCTIONS[target](*args)
@@ -209,8 +221,10 @@ class NodeWalk:
     def _attribute_value(self, node: torch.fx.Node) -> Any:
         if node in self.inputs.input_of:
             return self._input(self.inputs.input_of[node]).tensor
-        # An empty tensor: nothing to feed, so a constant costs no compile.
         value = operator.attrgetter(node.target)(self.gm)
+        if isinstance(value, torch.fx.GraphModule):
+            return value  # a branch of cond, which lower_cond reads
+        # An empty tensor: nothing to feed, so a constant costs no compile.
         return ops.constant(
             value.detach().cpu().numpy(),
             to_max_dtype(value.dtype),

@@ -1,0 +1,146 @@
+"""``torch.cond``: a data-dependent branch, lowered to MAX's ``ops.cond``.
+
+Dynamo and AOTAutograd keep the branch as one ``higher_order.cond`` node
+whose true and false functions are graphs of their own (``get_attr``
+submodules) taking the same operands. Each branch graph is lowered by the
+node walk's own calls into a nested block of the MAX graph, so that only the
+branch the predicate picks runs. MAX's cond takes its predicate on the CPU,
+so CPU graphs only; a branch whose ops would check their inputs at run time
+(an index range: lower/checks.py) runs in PyTorch, since a flag computed
+inside a branch cannot leave it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from max.graph import DeviceRef, TensorType, TensorValue, ops
+
+from ...dtypes import to_max_dtype
+from ...errors import LoweringError
+from ..checks import Checks, collecting
+from ..registry import draws_random
+from ..shapes import max_dim
+
+COND = torch.ops.higher_order.cond
+
+# A node's lowering: (node, its values so far) -> its MAX value(s).
+CallNode = Callable[[torch.fx.Node, dict[torch.fx.Node, Any]], Any]
+
+
+def branch_graphs(
+    node: torch.fx.Node, gm: torch.fx.GraphModule
+) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """The true and false graphs of a ``cond`` node of ``gm``."""
+    true_fn, false_fn = node.args[1], node.args[2]
+    return (
+        operator.attrgetter(true_fn.target)(gm),
+        operator.attrgetter(false_fn.target)(gm),
+    )
+
+
+def why_not_cond(
+    node: torch.fx.Node,
+    gm: torch.fx.GraphModule,
+    why_unsupported: Callable[[torch.fx.Node], object],
+    lowering_of: Callable[[torch.fx.Node], object],
+) -> str | None:
+    """Why this ``cond`` node cannot run on MAX, or None."""
+    pred = (
+        node.args[0].meta.get("val")
+        if isinstance(node.args[0], torch.fx.Node)
+        else None
+    )
+    if not isinstance(pred, torch.Tensor) or pred.numel() != 1:
+        return "a predicate that is not a one-element tensor"
+    if pred.device.type != "cpu":
+        return "a predicate off the CPU (MAX's cond takes it on the CPU)"
+    results = node.meta.get("val")
+    if not all(isinstance(r, torch.Tensor) for r in results or ()):
+        return "a branch returning something other than tensors"
+    known = {
+        size.node.expr
+        for operand in node.args[3]
+        for size in getattr(operand.meta.get("val"), "shape", ())
+        if isinstance(size, torch.SymInt)
+    }
+    for result in results:
+        for size in result.shape:
+            if isinstance(size, torch.SymInt) and size.node.expr not in known:
+                # Branches of different shapes: a size known only at run time.
+                return f"a result of size {size} that no operand has"
+    for branch in branch_graphs(node, gm):
+        for inner in branch.graph.nodes:
+            if inner.op == "get_attr" or inner.target is COND:
+                return "a branch holding a graph of its own (nested cond)"
+            if why_unsupported(inner) is not None:
+                return f"a branch calls {inner.target}, which MAX cannot run"
+            fn = lowering_of(inner)
+            if fn is not None and draws_random(fn):
+                return "a branch draws random numbers"
+    return None
+
+
+def _branch(
+    gm: torch.fx.GraphModule, operands: list[Any], call: CallNode
+) -> Callable[[], list[TensorValue]]:
+    """A function building ``gm`` on ``operands`` into the current block."""
+
+    def build() -> list[TensorValue]:
+        values: dict[torch.fx.Node, Any] = {}
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        values.update(zip(placeholders, operands, strict=True))
+        checks = Checks()
+        with collecting(checks):
+            for inner in gm.graph.nodes:
+                if inner.op == "call_function":
+                    values[inner] = call(inner, values)
+                elif inner.op == "output":
+                    returned = inner.args[0]
+                    returned = (
+                        returned if isinstance(returned, (list, tuple)) else [returned]
+                    )
+                    results = [values[r] for r in returned]
+        if checks.checks:
+            raise ValueError(
+                "a branch whose ops check their inputs at run time "
+                f"({checks.checks[0].message}) runs in PyTorch"
+            )
+        return results
+
+    return build
+
+
+def lower_cond(
+    node: torch.fx.Node,
+    gm: torch.fx.GraphModule,
+    values: dict[torch.fx.Node, Any],
+    call: CallNode,
+    device: DeviceRef,
+) -> list[TensorValue]:
+    """``node`` (``cond(pred, true_fn, false_fn, operands)``) as MAX's cond."""
+    pred = values[node.args[0]]
+    operands = [values[o] for o in node.args[3]]
+    true_gm, false_gm = branch_graphs(node, gm)
+    out_types = [
+        TensorType(
+            to_max_dtype(meta.dtype),
+            [max_dim(s, f"output of {node.name}") for s in meta.shape],
+            device,
+        )
+        for meta in node.meta["val"]
+    ]
+    try:
+        return ops.cond(
+            ops.reshape(pred, []),
+            out_types,
+            _branch(true_gm, operands, call),
+            _branch(false_gm, operands, call),
+        )
+    except LoweringError:
+        raise
+    except Exception as e:
+        raise LoweringError(node, e) from e
