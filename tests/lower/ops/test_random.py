@@ -7,6 +7,8 @@ this module checks that every case reaching the family builds.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -110,12 +112,18 @@ def test_a_negative_std_raises_eager_s_error_after_the_call():
         compiled(torch.tensor([1.0, -1.0, 1.0, 1.0]))
 
 
-def test_a_range_eager_refuses_runs_in_pytorch_and_raises_its_error():
-    compiled = torch.compile(
-        lambda x: torch.empty(3).uniform_(3, 2) + x, backend=max_backend
-    )
-    with (
-        pytest.warns(FallbackWarning, match="uniform"),
-        pytest.raises(RuntimeError, match="uniform_ expects to return a"),
-    ):
-        compiled(torch.zeros(3))
+@pytest.mark.parametrize(
+    ("draw", "error"),
+    [
+        # Left to PyTorch (a FallbackWarning), which raises at the call.
+        (lambda x: torch.empty(3).uniform_(3, 2), "uniform_ expects"),
+        # Refused by torch's own check while Dynamo traces.
+        (lambda x: torch.normal(x, -2.0), "normal expects std >= 0.0"),
+    ],
+)
+def test_an_argument_eager_refuses_raises_eager_s_error(draw, error):
+    compiled = torch.compile(lambda x: draw(x) + x, backend=max_backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        with pytest.raises(RuntimeError, match=error):
+            compiled(torch.zeros(3))

@@ -18,6 +18,7 @@ from max.graph import TensorType, TensorValue, ops
 
 from ..checks import fail_when
 from ..context import current
+from ..kit import schema_args
 from ..registry import lowering
 from ..scalars import as_tensor, out_max_dtype
 from ..shapes import SizeLike
@@ -138,16 +139,15 @@ def _no_generator(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _argument(node: torch.fx.Node, index: int, name: str, default: float) -> object:
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
+def _argument(node: torch.fx.Node, name: str, default: float) -> object:
+    """The argument the schema names ``name``, positional or keyword."""
+    return schema_args(node).get(name, default)
 
 
 def _from_below_to(node: torch.fx.Node) -> str | None:
     """Float ``from`` <= ``to``, the default generator (else PyTorch, which
     raises its own error for a range the wrong way round)."""
-    low, high = _argument(node, 1, "from", 0.0), _argument(node, 2, "to", 1.0)
+    low, high = _argument(node, "from", 0.0), _argument(node, "to", 1.0)
     if not isinstance(low, (int, float)) or not isinstance(high, (int, float)):
         return "a range that is not two numbers"
     if low > high:
@@ -170,7 +170,7 @@ def uniform(
 def _std_not_negative(node: torch.fx.Node) -> str | None:
     """A float std >= 0, the default generator (else PyTorch, which raises
     its own error)."""
-    std = _argument(node, 2, "std", 1.0)
+    std = _argument(node, "std", 1.0)
     if isinstance(std, (int, float)) and std < 0:
         return f"std={std} < 0 (eager refuses it)"
     return _no_generator(node)
@@ -181,9 +181,16 @@ def normal_functional(
     self: TensorValue, mean: float = 0.0, std: float = 1.0, *, generator: None = None
 ) -> TensorValue:
     """normal_functional(Tensor self, float mean=0, float std=1, *, Generator? generator=None) -> Tensor"""
-    drawn = _standard_normal(list(self.shape), self.dtype)
-    scaled = ops.mul(drawn, as_tensor(float(std), drawn.dtype))
-    return ops.cast(ops.add(scaled, as_tensor(float(mean), drawn.dtype)), self.dtype)
+    return _normal_about(float(mean), float(std), list(self.shape), self.dtype)
+
+
+def _normal_about(
+    mean: float | TensorValue, std: float, shape: list, dtype: DType
+) -> TensorValue:
+    """mean + std * z in ``shape``, z standard normal, as ``dtype``."""
+    drawn = _standard_normal(shape, dtype)
+    scaled = ops.mul(drawn, as_tensor(std, drawn.dtype))
+    return ops.cast(ops.add(scaled, as_tensor(mean, drawn.dtype)), dtype)
 
 
 def _scaled_normal(mean: TensorValue, std: TensorValue) -> TensorValue:
@@ -207,10 +214,7 @@ def normal_tensor_float(
     mean: TensorValue, std: float = 1.0, *, generator: None = None
 ) -> TensorValue:
     """normal.Tensor_float(Tensor mean, float std=1, *, Generator? generator=None) -> Tensor"""
-    drawn = _standard_normal(list(mean.shape), out_max_dtype())
-    scaled = ops.mul(drawn, as_tensor(float(std), drawn.dtype))
-    value = ops.add(ops.cast(mean, drawn.dtype), scaled)
-    return ops.cast(value, out_max_dtype())
+    return _normal_about(mean, float(std), list(mean.shape), out_max_dtype())
 
 
 @lowering(aten.normal.float_Tensor, random=True, supports=_no_generator)
@@ -232,7 +236,7 @@ def normal_tensor_tensor(
 def _probability(node: torch.fx.Node) -> str | None:
     """A float p in [0, 1], the default generator (else PyTorch, which
     raises its own error)."""
-    p = _argument(node, 1, "p", 0.5)
+    p = _argument(node, "p", 0.5)
     if not isinstance(p, (int, float)) or not 0 <= p <= 1:
         return f"p={p} outside [0, 1] (eager refuses it)"
     return _no_generator(node)
@@ -251,7 +255,7 @@ def bernoulli_p(
 def _positive_rate(node: torch.fx.Node) -> str | None:
     """A float rate lambd > 0, the default generator (else PyTorch, which
     raises its own error)."""
-    rate = _argument(node, 1, "lambd", 1.0)
+    rate = _argument(node, "lambd", 1.0)
     if not isinstance(rate, (int, float)) or rate <= 0:
         return f"lambd={rate} <= 0 (eager refuses it)"
     return _no_generator(node)
