@@ -41,6 +41,13 @@ RANDOM_OPS = {
     "aten.randn_like.default",
     "aten.randperm.default",
     "aten.native_dropout.default",
+    "aten.uniform.default",
+    "aten.normal_functional.default",
+    "aten.normal.Tensor_float",
+    "aten.normal.float_Tensor",
+    "aten.normal.Tensor_Tensor",
+    "aten.bernoulli.p",
+    "aten.exponential.default",
 }
 
 # Cases whose outputs are uninitialized memory in eager PyTorch: their values

@@ -59,6 +59,8 @@ SKIPPED = {
     # Later samples draw random masks (the first does not), which the
     # comparison would have to know to compare by shape only.
     "nn.functional.dropout": "later samples are random",
+    # Its masks are drawn by bernoulli_ (on MAX, from MAX's stream).
+    "nn.functional.dropout3d": "later samples are random",
 }
 # Cases whose later samples differ from eager: found by this sweep, not fixed
 # yet. Left out of the compared batches so that they hide no other case.

@@ -159,7 +159,7 @@ def _from_below_to(node: torch.fx.Node) -> str | None:
 def uniform(
     self: TensorValue, from_: float = 0.0, to: float = 1.0, *, generator: None = None
 ) -> TensorValue:
-    """uniform(Tensor self, float from=0, float to=1, *, Generator? generator=None) -> Tensor"""
+    """uniform(Tensor self, float from=0., float to=1., *, Generator? generator=None) -> Tensor"""
     # torch's own form: from + (to - from) * u, the width computed here.
     drawn = _uniform(list(self.shape), self.dtype)
     width = as_tensor(float(to) - float(from_), drawn.dtype)
@@ -180,7 +180,7 @@ def _std_not_negative(node: torch.fx.Node) -> str | None:
 def normal_functional(
     self: TensorValue, mean: float = 0.0, std: float = 1.0, *, generator: None = None
 ) -> TensorValue:
-    """normal_functional(Tensor self, float mean=0, float std=1, *, Generator? generator=None) -> Tensor"""
+    """normal_functional(Tensor self, float mean=0., float std=1., *, Generator? generator=None) -> Tensor"""
     return _normal_about(float(mean), float(std), list(self.shape), self.dtype)
 
 
@@ -213,7 +213,7 @@ def _scaled_normal(mean: TensorValue, std: TensorValue) -> TensorValue:
 def normal_tensor_float(
     mean: TensorValue, std: float = 1.0, *, generator: None = None
 ) -> TensorValue:
-    """normal.Tensor_float(Tensor mean, float std=1, *, Generator? generator=None) -> Tensor"""
+    """normal.Tensor_float(Tensor mean, float std=1., *, Generator? generator=None) -> Tensor"""
     return _normal_about(mean, float(std), list(mean.shape), out_max_dtype())
 
 
@@ -243,10 +243,8 @@ def _probability(node: torch.fx.Node) -> str | None:
 
 
 @lowering(aten.bernoulli.p, random=True, supports=_probability)
-def bernoulli_p(
-    self: TensorValue, p: float = 0.5, *, generator: None = None
-) -> TensorValue:
-    """bernoulli.p(Tensor self, float p=0.5, *, Generator? generator=None) -> Tensor"""
+def bernoulli_p(self: TensorValue, p: float, *, generator: None = None) -> TensorValue:
+    """bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor"""
     drawn = _uniform(list(self.shape), DType.float32)
     hit = ops.greater(as_tensor(float(p), DType.float32), drawn)  # u < p
     return ops.cast(hit, self.dtype)
@@ -265,7 +263,7 @@ def _positive_rate(node: torch.fx.Node) -> str | None:
 def exponential(
     self: TensorValue, lambd: float = 1.0, *, generator: None = None
 ) -> TensorValue:
-    """exponential(Tensor self, float lambd=1, *, Generator? generator=None) -> Tensor"""
+    """exponential(Tensor self, float lambd=1., *, Generator? generator=None) -> Tensor"""
     # Inverse transform: -log(1 - u) / lambd, with 1 - u in (0, 1].
     drawn = _uniform(list(self.shape), self.dtype)
     tail = ops.sub(as_tensor(1.0, drawn.dtype), drawn)
