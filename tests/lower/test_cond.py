@@ -1,4 +1,4 @@
-"""torch.cond: a data-dependent branch lowered to MAX's cond (lower/builder/branches.py)."""
+"""torch.cond: a data-dependent branch lowered to MAX's cond (lower/builder/higher_order.py)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from ..registry import (
     strategy_for,
     unsupported_reason,
 )
-from .branches import COND, why_not_cond
+from .higher_order import COND, HIGHER_ORDER, why_not_cond, why_not_invoke_subgraph
 
 # Python-level functions Dynamo and AOTAutograd leave on SymInts and tuples.
 SYM_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
@@ -79,10 +79,12 @@ def why_unsupported(node: torch.fx.Node) -> tuple[str, str, str] | None:
         return None
     if node.op != "call_function" or node.target in SYM_FUNCTIONS:
         return None
-    if node.target is COND:
+    if node.target in HIGHER_ORDER:
         gm = node.graph.owning_module
-        reason = why_not_cond(node, gm, why_unsupported, lowering_of)
-        return None if reason is None else ("higher_order.cond", "cond", reason)
+        why_not = why_not_cond if node.target is COND else why_not_invoke_subgraph
+        reason = why_not(node, gm, why_unsupported, lowering_of)
+        name = f"higher_order.{node.target.name()}"
+        return None if reason is None else (name, name, reason)
     fn = lowering_of(node)
     if fn is not None:
         reason = unsupported_reason(fn, node)

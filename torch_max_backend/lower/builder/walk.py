@@ -29,8 +29,8 @@ from ..layout import ChannelsLastTwins, is_pointwise
 from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
-from .branches import COND, lower_cond
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
+from .higher_order import COND, INVOKE_SUBGRAPH, inline_subgraph, lower_cond
 from .outputs import OutputPlan
 from .planning import InputPlan
 from .slot_store import SharedBounds, store_slot
@@ -151,6 +151,8 @@ class NodeWalk:
         if target is COND:
             device = self.inputs.device_ref
             return lower_cond(node, self.gm, self.values, self._call_in, device)
+        if target is INVOKE_SUBGRAPH:
+            return inline_subgraph(node, self.gm, self.values, self._call_in)
         if target in SYM_FUNCTIONS:
             args = [self._resolve(a) for a in node.args]
             return SYM_FUNCTIONS[target](*args)

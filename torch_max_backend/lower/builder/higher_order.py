@@ -1,5 +1,6 @@
-"""``torch.cond``: a data-dependent branch, lowered to MAX's ``ops.cond``.
+"""Higher-order ops: graphs that call graphs of their own.
 
+``torch.cond``, a data-dependent branch, is lowered to MAX's ``ops.cond``.
 Dynamo and AOTAutograd keep the branch as one ``higher_order.cond`` node
 whose true and false functions are graphs of their own (``get_attr``
 submodules) taking the same operands. Each branch graph is lowered by the
@@ -8,6 +9,12 @@ branch the predicate picks runs. MAX's cond takes its predicate on the CPU,
 so CPU graphs only; a branch whose ops would check their inputs at run time
 (an index range: lower/checks.py) runs in PyTorch, since a flag computed
 inside a branch cannot leave it.
+
+``invoke_subgraph`` (a region marked ``torch.compiler.nested_compile_region``,
+PyTorch's regional compilation) is inlined: its graph's nodes lowered in
+place at each call, so a model of repeated marked layers becomes one MAX
+graph as the unmarked model does (MAX compiles a graph whole; it has no
+call of a graph compiled once).
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from ..registry import draws_random
 from ..shapes import max_dim
 
 COND = torch.ops.higher_order.cond
+INVOKE_SUBGRAPH = torch.ops.higher_order.invoke_subgraph
+HIGHER_ORDER = (COND, INVOKE_SUBGRAPH)
 
 # A node's lowering: (node, its values so far) -> its MAX value(s).
 CallNode = Callable[[torch.fx.Node, dict[torch.fx.Node, Any]], Any]
@@ -73,15 +82,81 @@ def why_not_cond(
                 # Branches of different shapes: a size known only at run time.
                 return f"a result of size {size} that no operand has"
     for branch in branch_graphs(node, gm):
-        for inner in branch.graph.nodes:
-            if inner.op == "get_attr" or inner.target is COND:
-                return "a branch holding a graph of its own (nested cond)"
-            if why_unsupported(inner) is not None:
-                return f"a branch calls {inner.target}, which MAX cannot run"
-            fn = lowering_of(inner)
-            if fn is not None and draws_random(fn):
-                return "a branch draws random numbers"
+        reason = _why_not_inner(branch, why_unsupported, lowering_of)
+        if reason is not None:
+            return f"a branch {reason}"
     return None
+
+
+def _why_not_inner(
+    inner_gm: torch.fx.GraphModule,
+    why_unsupported: Callable[[torch.fx.Node], object],
+    lowering_of: Callable[[torch.fx.Node], object],
+) -> str | None:
+    """Why a graph a higher-order op calls cannot be lowered in place."""
+    for inner in inner_gm.graph.nodes:
+        if inner.op == "get_attr" or inner.target in HIGHER_ORDER:
+            return "holds a graph of its own (nested)"
+        if why_unsupported(inner) is not None:
+            return f"calls {inner.target}, which MAX cannot run"
+        fn = lowering_of(inner)
+        if fn is not None and draws_random(fn):
+            # The graph's seed input is planned from its own nodes only.
+            return "draws random numbers"
+        if inner.op == "placeholder" and not isinstance(
+            inner.meta.get("val"), torch.Tensor
+        ):
+            return "takes an input that is not a tensor"
+    return None
+
+
+def why_not_invoke_subgraph(
+    node: torch.fx.Node,
+    gm: torch.fx.GraphModule,
+    why_unsupported: Callable[[torch.fx.Node], object],
+    lowering_of: Callable[[torch.fx.Node], object],
+) -> str | None:
+    """Why this ``invoke_subgraph`` node cannot be inlined on MAX, or None."""
+    subgraph = node.args[0]
+    if not isinstance(subgraph, torch.fx.Node) or subgraph.op != "get_attr":
+        return "a region that is not a graph of this one"
+    region = operator.attrgetter(subgraph.target)(gm)
+    reason = _why_not_inner(region, why_unsupported, lowering_of)
+    return None if reason is None else f"the region {reason}"
+
+
+def _build_inner(
+    gm: torch.fx.GraphModule, operands: list[Any], call: CallNode
+) -> list[Any]:
+    """``gm``'s outputs built on ``operands`` into the current block."""
+    values: dict[torch.fx.Node, Any] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values.update(zip(placeholders, operands, strict=True))
+    results: list[Any] = []
+    for inner in gm.graph.nodes:
+        if inner.op == "call_function":
+            values[inner] = call(inner, values)
+        elif inner.op == "output":
+            returned = inner.args[0]
+            returned = returned if isinstance(returned, (list, tuple)) else [returned]
+            results = [
+                values[r] if isinstance(r, torch.fx.Node) else r for r in returned
+            ]
+    return results
+
+
+def inline_subgraph(
+    node: torch.fx.Node,
+    gm: torch.fx.GraphModule,
+    values: dict[torch.fx.Node, Any],
+    call: CallNode,
+) -> list[Any]:
+    """``node`` (``invoke_subgraph(region, name, *operands)``) lowered in place."""
+    region = operator.attrgetter(node.args[0].target)(gm)
+    try:
+        return _build_inner(region, [values[o] for o in node.args[2:]], call)
+    except Exception as e:  # named after this node, as lower_cond's
+        raise LoweringError(node, e) from e
 
 
 def _branch(
@@ -90,20 +165,9 @@ def _branch(
     """A function building ``gm`` on ``operands`` into the current block."""
 
     def build() -> list[TensorValue]:
-        values: dict[torch.fx.Node, Any] = {}
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        values.update(zip(placeholders, operands, strict=True))
         checks = Checks()
         with collecting(checks):
-            for inner in gm.graph.nodes:
-                if inner.op == "call_function":
-                    values[inner] = call(inner, values)
-                elif inner.op == "output":
-                    returned = inner.args[0]
-                    returned = (
-                        returned if isinstance(returned, (list, tuple)) else [returned]
-                    )
-                    results = [values[r] for r in returned]
+            results = _build_inner(gm, operands, call)
         if checks.checks:
             raise ValueError(
                 "a branch whose ops check their inputs at run time "
@@ -140,7 +204,7 @@ def lower_cond(
             _branch(true_gm, operands, call),
             _branch(false_gm, operands, call),
         )
-    except LoweringError:
-        raise
     except Exception as e:
+        # Named after this node, which the graph holds (an inner node's own
+        # error is the cause): the fallback then moves this node to PyTorch.
         raise LoweringError(node, e) from e
