@@ -20,6 +20,7 @@ from tabulate import tabulate
 
 def ops_markdown() -> str:
     """The coverage tables of docs/ops.md, generated from the live registry."""
+    from .lower.builder import HIGHER_ORDER_COVERAGE
     from .lower.coverage import core_overloads, coverage
     from .lower.families import register_families
     from .lower.registry import MAPPING_TORCH_ATEN_TO_MAX
@@ -48,6 +49,14 @@ def ops_markdown() -> str:
         headers=["ATen overload", "family"],
         tablefmt="github",
     )
+    higher_order_table = tabulate(
+        [
+            [f"`higher_order.{name}`", note]
+            for name, note in HIGHER_ORDER_COVERAGE.items()
+        ],
+        headers=["op", "covers"],
+        tablefmt="github",
+    )
     summary = ", ".join(f"{counts[s]} {s}" for s in ("lowered", "decomposed", "gap"))
     return (
         "# ATen operators on MAX\n\n"
@@ -69,7 +78,9 @@ def ops_markdown() -> str:
         + "\n\n## Beyond core\n\n"
         "Backward, optimizer and other non-core overloads that training and "
         f"inference graphs keep: {sum(len(v) for v in extra.values())} "
-        "overloads.\n\n" + extra_table + "\n"
+        "overloads.\n\n" + extra_table + "\n\n## Higher-order ops\n\n"
+        "Graphs that call graphs of their own "
+        "(lower/builder/higher_order.py).\n\n" + higher_order_table + "\n"
     )
 
 

@@ -20,12 +20,14 @@ from .capability import (
     why_unsupported,
 )
 from .fingerprint import graph_fingerprint
+from .higher_order import COVERAGE as HIGHER_ORDER_COVERAGE
 from .planning import InputPlan, graph_device
 from .walk import GRAPH_NAME, BuiltGraph, NodeWalk
 
 __all__ = [
     "ALL_OUTPUTS",
     "GRAPH_NAME",
+    "HIGHER_ORDER_COVERAGE",
     "BuiltGraph",
     "CallerOutputs",
     "GraphFindings",

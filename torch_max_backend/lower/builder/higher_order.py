@@ -36,6 +36,17 @@ COND = torch.ops.higher_order.cond
 INVOKE_SUBGRAPH = torch.ops.higher_order.invoke_subgraph
 HIGHER_ORDER = (COND, INVOKE_SUBGRAPH)
 
+# What each covers, for docs/ops.md (``torch-max-backend ops``).
+COVERAGE = {
+    "cond": "MAX's cond, both branches in the graph's MAX graph, only the "
+    "picked one run; CPU graphs; a branch that checks indices at run time, "
+    "draws random numbers, nests a graph or returns sizes no operand has "
+    "runs in PyTorch",
+    "invoke_subgraph": "a nested_compile_region inlined at each call, "
+    "inference and training; a region that draws random numbers or nests a "
+    "graph runs in PyTorch",
+}
+
 # A node's lowering: (node, its values so far) -> its MAX value(s).
 CallNode = Callable[[torch.fx.Node, dict[torch.fx.Node, Any]], Any]
 
