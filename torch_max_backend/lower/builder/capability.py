@@ -22,7 +22,15 @@ from ..registry import (
     strategy_for,
     unsupported_reason,
 )
-from .higher_order import COND, HIGHER_ORDER, why_not_cond, why_not_invoke_subgraph
+from .higher_order import (
+    COND,
+    HIGHER_ORDER,
+    INVOKE_SUBGRAPH,
+    WHILE_LOOP,
+    why_not_cond,
+    why_not_invoke_subgraph,
+    why_not_while_loop,
+)
 
 # Python-level functions Dynamo and AOTAutograd leave on SymInts and tuples.
 SYM_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
@@ -81,7 +89,11 @@ def why_unsupported(node: torch.fx.Node) -> tuple[str, str, str] | None:
         return None
     if node.target in HIGHER_ORDER:
         gm = node.graph.owning_module
-        why_not = why_not_cond if node.target is COND else why_not_invoke_subgraph
+        why_not = {
+            COND: why_not_cond,
+            INVOKE_SUBGRAPH: why_not_invoke_subgraph,
+            WHILE_LOOP: why_not_while_loop,
+        }[node.target]
         reason = why_not(node, gm, why_unsupported, lowering_of)
         name = f"higher_order.{node.target.name()}"
         return None if reason is None else (name, name, reason)

@@ -34,7 +34,8 @@ from ..shapes import max_dim
 
 COND = torch.ops.higher_order.cond
 INVOKE_SUBGRAPH = torch.ops.higher_order.invoke_subgraph
-HIGHER_ORDER = (COND, INVOKE_SUBGRAPH)
+WHILE_LOOP = torch.ops.higher_order.while_loop
+HIGHER_ORDER = (COND, INVOKE_SUBGRAPH, WHILE_LOOP)
 
 # What each covers, for docs/ops.md (``torch-max-backend ops``).
 COVERAGE = {
@@ -42,6 +43,10 @@ COVERAGE = {
     "picked one run; CPU graphs; a branch that checks indices at run time, "
     "draws random numbers, nests a graph or returns sizes no operand has "
     "runs in PyTorch",
+    "while_loop": "MAX's while_loop over the carried tensors, the condition "
+    "and body graphs lowered into its blocks; CPU graphs; a condition or body "
+    "that checks indices at run time, draws random numbers or nests a graph, "
+    "or carried values whose sizes change, runs in PyTorch",
     "invoke_subgraph": "a nested_compile_region inlined at each call, "
     "inference and training; a region that draws random numbers or nests a "
     "graph runs in PyTorch",
@@ -176,15 +181,7 @@ def _branch(
     """A function building ``gm`` on ``operands`` into the current block."""
 
     def build() -> list[TensorValue]:
-        checks = Checks()
-        with collecting(checks):
-            results = _build_inner(gm, operands, call)
-        if checks.checks:
-            raise ValueError(
-                "a branch whose ops check their inputs at run time "
-                f"({checks.checks[0].message}) runs in PyTorch"
-            )
-        return results
+        return _checked(lambda: _build_inner(gm, operands, call), "branch")
 
     return build
 
@@ -218,4 +215,78 @@ def lower_cond(
     except Exception as e:
         # Named after this node, which the graph holds (an inner node's own
         # error is the cause): the fallback then moves this node to PyTorch.
+        raise LoweringError(node, e) from e
+
+
+def _checked(build: Callable[[], list[Any]], what: str) -> list[Any]:
+    """``build()`` inside a nested block, refused where it records a check
+    (a flag computed inside the block cannot leave it)."""
+    checks = Checks()
+    with collecting(checks):
+        results = build()
+    if checks.checks:
+        raise ValueError(
+            f"a {what} whose ops check their inputs at run time "
+            f"({checks.checks[0].message}) runs in PyTorch"
+        )
+    return results
+
+
+def why_not_while_loop(
+    node: torch.fx.Node,
+    gm: torch.fx.GraphModule,
+    why_unsupported: Callable[[torch.fx.Node], object],
+    lowering_of: Callable[[torch.fx.Node], object],
+) -> str | None:
+    """Why this ``while_loop`` node cannot run on MAX, or None."""
+    carried = [
+        c.meta.get("val") if isinstance(c, torch.fx.Node) else c for c in node.args[2]
+    ]
+    if not carried or not all(isinstance(c, torch.Tensor) for c in carried):
+        return "carried values that are not tensors"
+    if any(c.device.type != "cpu" for c in carried):
+        return "carried values off the CPU (MAX's loop predicate lives there)"
+    results = node.meta.get("val") or ()
+    same = len(results) == len(carried) and all(
+        isinstance(r, torch.Tensor)
+        and r.dtype == c.dtype
+        and len(r.shape) == len(c.shape)
+        and all(str(a) == str(b) for a, b in zip(r.shape, c.shape, strict=True))
+        for r, c in zip(results, carried, strict=False)
+    )
+    if not same:
+        return "carried values whose sizes or dtypes change in the loop"
+    for target in node.args[:2]:
+        inner = operator.attrgetter(target.target)(gm)
+        reason = _why_not_inner(inner, why_unsupported, lowering_of)
+        if reason is not None:
+            return f"its condition or body {reason}"
+    return None
+
+
+def lower_while_loop(
+    node: torch.fx.Node,
+    gm: torch.fx.GraphModule,
+    values: dict[torch.fx.Node, Any],
+    call: CallNode,
+) -> list[TensorValue]:
+    """``node`` (``while_loop(cond, body, carried, additional)``) as MAX's
+    while_loop: the additional inputs are read from the enclosing graph."""
+    cond_gm = operator.attrgetter(node.args[0].target)(gm)
+    body_gm = operator.attrgetter(node.args[1].target)(gm)
+    carried = [values[c] for c in node.args[2]]
+    extra = [values[a] for a in node.args[3]]
+
+    def predicate(*current: TensorValue) -> TensorValue:
+        (flag,) = _checked(
+            lambda: _build_inner(cond_gm, [*current, *extra], call), "condition"
+        )
+        return ops.reshape(flag, [])
+
+    def body(*current: TensorValue) -> list[TensorValue]:
+        return _checked(lambda: _build_inner(body_gm, [*current, *extra], call), "body")
+
+    try:
+        return ops.while_loop(carried, predicate, body)
+    except Exception as e:  # named after this node, as lower_cond's
         raise LoweringError(node, e) from e

@@ -30,7 +30,14 @@ from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
-from .higher_order import COND, INVOKE_SUBGRAPH, inline_subgraph, lower_cond
+from .higher_order import (
+    COND,
+    INVOKE_SUBGRAPH,
+    WHILE_LOOP,
+    inline_subgraph,
+    lower_cond,
+    lower_while_loop,
+)
 from .outputs import OutputPlan
 from .planning import InputPlan
 from .slot_store import SharedBounds, store_slot
@@ -153,6 +160,8 @@ class NodeWalk:
             return lower_cond(node, self.gm, self.values, self._call_in, device)
         if target is INVOKE_SUBGRAPH:
             return inline_subgraph(node, self.gm, self.values, self._call_in)
+        if target is WHILE_LOOP:
+            return lower_while_loop(node, self.gm, self.values, self._call_in)
         if target in SYM_FUNCTIONS:
             args = [self._resolve(a) for a in node.args]
             return SYM_FUNCTIONS[target](*args)
