@@ -27,6 +27,7 @@ FAMILIES: tuple[str, ...] = (
     "embedding",
     "float_functions",
     "foreach",
+    "histogram",
     "indexing",
     "layer_backward",
     "linalg",
