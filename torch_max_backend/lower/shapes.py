@@ -64,25 +64,25 @@ def numel(x: TensorValue, dims: Sequence[int]) -> Dim:
 
 def positions(x: TensorValue, axis: int) -> TensorValue:
     """0, 1, ..., size - 1 along ``axis`` of ``x`` as int64, static or symbolic."""
-    size = x.shape[axis]
-    n = static_size(size)
+    return counting(x.shape[axis], x.device)
+
+
+def counting(size: Dim | int, device: DeviceRef) -> TensorValue:
+    """0, 1, ..., size - 1 as int64 on ``device``, static or symbolic."""
+    n = size if isinstance(size, int) else static_size(size)
     if n is not None:
         start = origin_start()
         if start is None:
-            return ops.range(0, n, 1, out_dim=n, dtype=DType.int64, device=x.device)
+            return ops.range(0, n, 1, out_dim=n, dtype=DType.int64, device=device)
         # From a runtime zero: MAX then computes it at every call instead of
         # folding it at compile time (index_origin.py).
         stop = runtime_int(n, DeviceRef.CPU())
         step = ops.constant(1, DType.int64, device=DeviceRef.CPU())
-        return ops.range(
-            start, stop, step, out_dim=n, dtype=DType.int64, device=x.device
-        )
+        return ops.range(start, stop, step, out_dim=n, dtype=DType.int64, device=device)
     stop = ops.cast(ops.shape_to_tensor([size]).reshape([]), DType.int64)
-    start = ops.constant(0, DType.int64, device=x.device)
-    step = ops.constant(1, DType.int64, device=x.device)
-    return ops.range(
-        start, stop, step, out_dim=size, dtype=DType.int64, device=x.device
-    )
+    start = ops.constant(0, DType.int64, device=device)
+    step = ops.constant(1, DType.int64, device=device)
+    return ops.range(start, stop, step, out_dim=size, dtype=DType.int64, device=device)
 
 
 def size_value(size: SizeLike, plus: int = 0) -> int | TensorValue:

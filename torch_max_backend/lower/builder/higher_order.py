@@ -27,7 +27,6 @@ import torch
 from max.graph import DeviceRef, TensorType, TensorValue, ops
 
 from ...dtypes import to_max_dtype
-from ...errors import LoweringError
 from ..checks import Checks, collecting
 from ..registry import draws_random
 from ..shapes import max_dim
@@ -56,15 +55,11 @@ COVERAGE = {
 CallNode = Callable[[torch.fx.Node, dict[torch.fx.Node, Any]], Any]
 
 
-def branch_graphs(
-    node: torch.fx.Node, gm: torch.fx.GraphModule
-) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
-    """The true and false graphs of a ``cond`` node of ``gm``."""
-    true_fn, false_fn = node.args[1], node.args[2]
-    return (
-        operator.attrgetter(true_fn.target)(gm),
-        operator.attrgetter(false_fn.target)(gm),
-    )
+def _subgraph(
+    gm: torch.fx.GraphModule, attribute: torch.fx.Node
+) -> torch.fx.GraphModule:
+    """The graph a ``get_attr`` node of ``gm`` names."""
+    return operator.attrgetter(attribute.target)(gm)
 
 
 def why_not_cond(
@@ -97,7 +92,7 @@ def why_not_cond(
             if isinstance(size, torch.SymInt) and size.node.expr not in known:
                 # Branches of different shapes: a size known only at run time.
                 return f"a result of size {size} that no operand has"
-    for branch in branch_graphs(node, gm):
+    for branch in (_subgraph(gm, node.args[1]), _subgraph(gm, node.args[2])):
         reason = _why_not_inner(branch, why_unsupported, lowering_of)
         if reason is not None:
             return f"a branch {reason}"
@@ -136,8 +131,7 @@ def why_not_invoke_subgraph(
     subgraph = node.args[0]
     if not isinstance(subgraph, torch.fx.Node) or subgraph.op != "get_attr":
         return "a region that is not a graph of this one"
-    region = operator.attrgetter(subgraph.target)(gm)
-    reason = _why_not_inner(region, why_unsupported, lowering_of)
+    reason = _why_not_inner(_subgraph(gm, subgraph), why_unsupported, lowering_of)
     return None if reason is None else f"the region {reason}"
 
 
@@ -161,6 +155,22 @@ def _build_inner(
     return results
 
 
+def _build_checked(
+    gm: torch.fx.GraphModule, operands: list[Any], call: CallNode, what: str
+) -> list[Any]:
+    """``_build_inner`` into a nested block, refused where it records a check
+    (a flag computed inside the block cannot leave it)."""
+    checks = Checks()
+    with collecting(checks):
+        results = _build_inner(gm, operands, call)
+    if checks.checks:
+        raise ValueError(
+            f"a {what} whose ops check their inputs at run time "
+            f"({checks.checks[0].message}) runs in PyTorch"
+        )
+    return results
+
+
 def inline_subgraph(
     node: torch.fx.Node,
     gm: torch.fx.GraphModule,
@@ -168,22 +178,8 @@ def inline_subgraph(
     call: CallNode,
 ) -> list[Any]:
     """``node`` (``invoke_subgraph(region, name, *operands)``) lowered in place."""
-    region = operator.attrgetter(node.args[0].target)(gm)
-    try:
-        return _build_inner(region, [values[o] for o in node.args[2:]], call)
-    except Exception as e:  # named after this node, as lower_cond's
-        raise LoweringError(node, e) from e
-
-
-def _branch(
-    gm: torch.fx.GraphModule, operands: list[Any], call: CallNode
-) -> Callable[[], list[TensorValue]]:
-    """A function building ``gm`` on ``operands`` into the current block."""
-
-    def build() -> list[TensorValue]:
-        return _checked(lambda: _build_inner(gm, operands, call), "branch")
-
-    return build
+    operands = [values[o] for o in node.args[2:]]
+    return _build_inner(_subgraph(gm, node.args[0]), operands, call)
 
 
 def lower_cond(
@@ -196,7 +192,7 @@ def lower_cond(
     """``node`` (``cond(pred, true_fn, false_fn, operands)``) as MAX's cond."""
     pred = values[node.args[0]]
     operands = [values[o] for o in node.args[3]]
-    true_gm, false_gm = branch_graphs(node, gm)
+    true_gm, false_gm = _subgraph(gm, node.args[1]), _subgraph(gm, node.args[2])
     out_types = [
         TensorType(
             to_max_dtype(meta.dtype),
@@ -205,31 +201,12 @@ def lower_cond(
         )
         for meta in node.meta["val"]
     ]
-    try:
-        return ops.cond(
-            ops.reshape(pred, []),
-            out_types,
-            _branch(true_gm, operands, call),
-            _branch(false_gm, operands, call),
-        )
-    except Exception as e:
-        # Named after this node, which the graph holds (an inner node's own
-        # error is the cause): the fallback then moves this node to PyTorch.
-        raise LoweringError(node, e) from e
-
-
-def _checked(build: Callable[[], list[Any]], what: str) -> list[Any]:
-    """``build()`` inside a nested block, refused where it records a check
-    (a flag computed inside the block cannot leave it)."""
-    checks = Checks()
-    with collecting(checks):
-        results = build()
-    if checks.checks:
-        raise ValueError(
-            f"a {what} whose ops check their inputs at run time "
-            f"({checks.checks[0].message}) runs in PyTorch"
-        )
-    return results
+    return ops.cond(
+        ops.reshape(pred, []),
+        out_types,
+        lambda: _build_checked(true_gm, operands, call, "branch"),
+        lambda: _build_checked(false_gm, operands, call, "branch"),
+    )
 
 
 def why_not_while_loop(
@@ -256,8 +233,8 @@ def why_not_while_loop(
     )
     if not same:
         return "carried values whose sizes or dtypes change in the loop"
-    for target in node.args[:2]:
-        inner = operator.attrgetter(target.target)(gm)
+    for attribute in node.args[:2]:
+        inner = _subgraph(gm, attribute)
         reason = _why_not_inner(inner, why_unsupported, lowering_of)
         if reason is not None:
             return f"its condition or body {reason}"
@@ -272,21 +249,16 @@ def lower_while_loop(
 ) -> list[TensorValue]:
     """``node`` (``while_loop(cond, body, carried, additional)``) as MAX's
     while_loop: the additional inputs are read from the enclosing graph."""
-    cond_gm = operator.attrgetter(node.args[0].target)(gm)
-    body_gm = operator.attrgetter(node.args[1].target)(gm)
+    cond_gm, body_gm = _subgraph(gm, node.args[0]), _subgraph(gm, node.args[1])
     carried = [values[c] for c in node.args[2]]
     extra = [values[a] for a in node.args[3]]
 
     def predicate(*current: TensorValue) -> TensorValue:
-        (flag,) = _checked(
-            lambda: _build_inner(cond_gm, [*current, *extra], call), "condition"
-        )
+        operands = [*current, *extra]
+        (flag,) = _build_checked(cond_gm, operands, call, "condition")
         return ops.reshape(flag, [])
 
     def body(*current: TensorValue) -> list[TensorValue]:
-        return _checked(lambda: _build_inner(body_gm, [*current, *extra], call), "body")
+        return _build_checked(body_gm, [*current, *extra], call, "body")
 
-    try:
-        return ops.while_loop(carried, predicate, body)
-    except Exception as e:  # named after this node, as lower_cond's
-        raise LoweringError(node, e) from e
+    return ops.while_loop(carried, predicate, body)

@@ -106,15 +106,18 @@ class InputPlan:
         self.scalars_of: dict[torch.fx.Node, list[tuple[int | str, int, type]]] = {}
         # sympy symbol -> (FX input index, dim), for symbolic sizes.
         self.symbols: dict[sympy.Symbol, tuple[int, int]] = {}
-        # Tensor inputs the graph writes in place as MAX buffers; the other
-        # mutated inputs are written back (passes/mutations.py).
-        self.buffered = findings.mutations.buffered
         self._plan()
         if index_origin:
             zero = torch.zeros((), dtype=torch.int64)
             self.origin_index = self._add_constant(
                 zero, zero, "index origin", DeviceRef.CPU()
             )
+
+    @property
+    def buffered(self) -> tuple[torch.fx.Node, ...]:
+        """Tensor inputs the graph writes in place as MAX buffers; the other
+        mutated inputs are written back (passes/mutations.py)."""
+        return self.findings.mutations.buffered
 
     def _add(
         self,

@@ -32,8 +32,8 @@ from ..shapes import static_size
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
 from .higher_order import (
     COND,
+    HIGHER_ORDER,
     INVOKE_SUBGRAPH,
-    WHILE_LOOP,
     inline_subgraph,
     lower_cond,
     lower_while_loop,
@@ -153,15 +153,26 @@ class NodeWalk:
         finally:
             self.values = outer
 
+    def _higher_order(self, node: torch.fx.Node) -> Any:
+        """A node calling graphs of its own (higher_order.py), its inner nodes
+        lowered by ``_call_in``."""
+        values, call = self.values, self._call_in
+        try:
+            if node.target is COND:
+                device = self.inputs.device_ref
+                return lower_cond(node, self.gm, values, call, device)
+            if node.target is INVOKE_SUBGRAPH:
+                return inline_subgraph(node, self.gm, values, call)
+            return lower_while_loop(node, self.gm, values, call)
+        except Exception as e:
+            # Named after this node, which the graph holds (an inner node's
+            # own error is the cause): the fallback then moves this node.
+            raise LoweringError(node, e) from e
+
     def _call(self, node: torch.fx.Node) -> Any:
         target = node.target
-        if target is COND:
-            device = self.inputs.device_ref
-            return lower_cond(node, self.gm, self.values, self._call_in, device)
-        if target is INVOKE_SUBGRAPH:
-            return inline_subgraph(node, self.gm, self.values, self._call_in)
-        if target is WHILE_LOOP:
-            return lower_while_loop(node, self.gm, self.values, self._call_in)
+        if target in HIGHER_ORDER:
+            return self._higher_order(node)
         if target in SYM_FUNCTIONS:
             args = [self._resolve(a) for a in node.args]
             return SYM_FUNCTIONS[target](*args)

@@ -20,7 +20,7 @@ from ..checks import fail_when
 from ..kit import node_arg, tensor_meta
 from ..registry import lowering
 from ..scalars import as_tensor
-from ..shapes import positions
+from ..shapes import counting
 from .reduction import torch_max, torch_min
 
 aten = torch.ops.aten
@@ -88,8 +88,7 @@ def histc(
     slot = ops.cast(ops.floor(safe), DType.int64)
     last = as_tensor(bins - 1, DType.int64)
     slot = ops.where(ops.greater(slot, last), last, slot)
-    edges = ops.broadcast_to(as_tensor(0, DType.int64), [bins])
-    bin_ids = ops.reshape(positions(edges, 0), [1, bins])
+    bin_ids = ops.reshape(counting(bins, values.device), [1, bins])
     hits = ops.logical_and(
         ops.equal(ops.reshape(slot, [-1, 1]), bin_ids), ops.reshape(inside, [-1, 1])
     )

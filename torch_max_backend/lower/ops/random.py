@@ -95,7 +95,7 @@ def randperm(
 ) -> TensorValue:
     """randperm(SymInt n, *, ScalarType? dtype=4, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
     # Sorting n independent uniform keys gives a uniformly random permutation.
-    keys = ops.random.uniform(_like([n], DType.float32), range=(0, 1))
+    keys = _uniform([n], DType.float32)
     return ops.cast(ops.argsort(keys), out_max_dtype())
 
 
@@ -110,7 +110,7 @@ def native_dropout(
     if p >= 1:
         keep = ops.broadcast_to(as_tensor(False, DType.bool), list(input.shape))
         return ops.mul(input, as_tensor(0, input.dtype)), keep
-    draw = ops.random.uniform(_like(list(input.shape), DType.float32), range=(0, 1))
+    draw = _uniform(list(input.shape), DType.float32)
     keep = ops.greater(as_tensor(1 - p, DType.float32), draw)
     scale = as_tensor(1 / (1 - p), input.dtype)
     kept = ops.where(keep, ops.mul(input, scale), as_tensor(0, input.dtype))
