@@ -25,6 +25,8 @@ import time
 
 import torch
 
+from benchmarks.call_split import MODELS
+
 
 def per_call_us(fn, runs: int) -> float:
     for _ in range(10):
@@ -103,7 +105,7 @@ def main() -> None:
     parser.add_argument("--background", action="store_true")
     parser.add_argument(
         "--model",
-        help="split a small model's call: t5, deberta-v2, llama or gpt2-decode",
+        help="split a small model's call: " + ", ".join(MODELS),
     )
     parser.add_argument("--backend", choices=("max", "peer"), default="max")
     parser.add_argument("--calls", type=int, default=200)

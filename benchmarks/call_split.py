@@ -6,7 +6,8 @@ call path and MAX's execute (benchmarks/call_overhead.py's ``--model`` mode).
     PEER_PYTHON -m benchmarks.call_overhead --model t5 --backend peer
 
 The models are the model check's (benchmarks/hf_architectures.py: 2 layers,
-64 wide, 16 tokens, batch 2) called for inference without labels, and GPT-2 small's batch-1
+64 wide, 16 tokens, batch 2; the mixture-of-experts ones 4 experts, top 2)
+called for inference without labels, and GPT-2 small's batch-1
 decode step over a static KV cache (the graph generate() compiles). Each
 call is timed whole; with ``--backend max`` four points inside it are
 timed too: the function our backend hands Dynamo (so Dynamo's guards and
@@ -31,7 +32,7 @@ from typing import Any
 
 import torch
 
-MODELS = ("t5", "deberta-v2", "llama", "gpt2-decode")
+MODELS = ("t5", "deberta-v2", "llama", "gpt2-decode", "mixtral", "qwen2-moe")
 CAPACITY = 64
 PROMPT = 16
 

@@ -81,6 +81,34 @@ def test_a_lowering_registered_later_leaves_the_decomposition_table():
     assert op in decomposition_table()
 
 
+def test_a_lowering_by_name_takes_effect_once_its_library_defines_the_op(max_calls):
+    # As the backend registers transformers' grouped product: by name, before
+    # the library that defines the op is imported.
+    @lowering("max_deferred_test::twice")
+    def twice(x):
+        return ops.mul(x, ops.constant(2.0, x.dtype, device=x.device))
+
+    assert "max_deferred_test::twice" in MAPPING_TORCH_ATEN_TO_MAX.deferred_names()
+
+    @torch.library.custom_op("max_deferred_test::twice", mutates_args=())
+    def twice_op(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    twice_op.register_fake(lambda x: torch.empty_like(x))
+    op = torch.ops.max_deferred_test.twice.default
+    assert op in MAPPING_TORCH_ATEN_TO_MAX and MAPPING_TORCH_ATEN_TO_MAX[op] is twice
+    x = torch.randn(4)
+    compiled = torch.compile(
+        torch.ops.max_deferred_test.twice, backend=max_backend, options={"strict": True}
+    )
+    torch.testing.assert_close(compiled(x), 2 * x)
+    assert max_calls.count == 1
+    with pytest.raises(ValueError, match="'namespace::name'"):
+        lowering("max_deferred_test.twice")(twice)
+    with pytest.raises(ValueError, match="registered twice"):
+        lowering("max_deferred_test::twice")(twice)
+
+
 def test_every_lowering_documents_its_schemas():
     # One function may serve several overloads; its docstring then lists the
     # exact schema of each, one per line.

@@ -49,6 +49,18 @@ def ops_markdown() -> str:
         headers=["ATen overload", "family"],
         tablefmt="github",
     )
+    # Other libraries' operators, lowered once the library defines them.
+    other_table = tabulate(
+        [
+            [
+                f"`{name}`",
+                MAPPING_TORCH_ATEN_TO_MAX.deferred(name).__module__.rsplit(".", 1)[-1],
+            ]
+            for name in MAPPING_TORCH_ATEN_TO_MAX.deferred_names()
+        ],
+        headers=["operator", "family"],
+        tablefmt="github",
+    )
     higher_order_table = tabulate(
         [
             [f"`higher_order.{name}`", note]
@@ -78,7 +90,11 @@ def ops_markdown() -> str:
         + "\n\n## Beyond core\n\n"
         "Backward, optimizer and other non-core overloads that training and "
         f"inference graphs keep: {sum(len(v) for v in extra.values())} "
-        "overloads.\n\n" + extra_table + "\n\n## Higher-order ops\n\n"
+        "overloads.\n\n" + extra_table + "\n\n## Other libraries' operators\n\n"
+        "Lowered once the library that defines them is imported (by name: "
+        "importing the backend imports none of them).\n\n"
+        + other_table
+        + "\n\n## Higher-order ops\n\n"
         "Graphs that call graphs of their own "
         "(lower/builder/higher_order.py).\n\n" + higher_order_table + "\n"
     )

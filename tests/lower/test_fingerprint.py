@@ -64,3 +64,16 @@ def test_a_graph_with_an_op_of_another_namespace_has_none():
 
     gm = _aten(lambda x: twice(x) + 1, torch.randn(3))
     assert graph_fingerprint(gm) is None
+
+
+def test_another_library_s_op_we_lower_by_name_has_one():
+    import transformers.integrations.moe  # noqa: F401  (defines the op)
+
+    def experts(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
+
+    args = (torch.randn(6, 4), torch.randn(2, 4, 3), torch.tensor([2, 6]))
+    first = graph_fingerprint(_aten(experts, *args))
+    assert first is not None
+    wider = (torch.randn(6, 4), torch.randn(2, 4, 5), torch.tensor([2, 6]))
+    assert graph_fingerprint(_aten(experts, *wider)) not in (first, None)

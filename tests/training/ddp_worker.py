@@ -1,6 +1,6 @@
-"""One rank of the data-parallel test: a DDP model compiled with max_backend.
+"""One rank of the data-parallel tests: a DDP or FSDP2 model compiled with max_backend.
 
-Run as ``python ddp_worker.py RANK WORLD_SIZE OUT_DIR``; it writes
+Run as ``python ddp_worker.py RANK WORLD_SIZE OUT_DIR [ddp|fsdp2]``; it writes
 ``OUT_DIR/rank{RANK}.pt`` with the final parameters, gradients, losses and the
 number of MAX graph calls. The model, data and steps come from ``ddp_case``
 so that the single-process reference in the test uses the very same ones.
@@ -32,7 +32,23 @@ HANG_DEADLINE_S = 900
 COLLECTIVE_TIMEOUT_S = 600
 
 
-def main(rank: int, world: int, out_dir: Path) -> None:
+def _wrapped(model: torch.nn.Module, wrapper: str) -> torch.nn.Module:
+    """DDP's replica, or FSDP2's ``fully_shard``: parameters sharded across
+    the ranks as DTensors, gathered by its hooks around the compiled forward."""
+    if wrapper == "ddp":
+        return DistributedDataParallel(model)
+    from torch.distributed.fsdp import fully_shard
+
+    return fully_shard(model)
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded DTensor's whole value; a plain tensor as it is."""
+    full = getattr(tensor, "full_tensor", None)
+    return (full() if full is not None else tensor).detach()
+
+
+def main(rank: int, world: int, out_dir: Path, wrapper: str) -> None:
     faulthandler.dump_traceback_later(HANG_DEADLINE_S, exit=True)
     dist.init_process_group(
         "gloo",
@@ -51,7 +67,7 @@ def main(rank: int, world: int, out_dir: Path) -> None:
 
     CompiledGraph.__call__ = counted  # type: ignore[method-assign]
     model = ddp_case.make_model()
-    compiled = torch.compile(DistributedDataParallel(model), backend=max_backend)
+    compiled = torch.compile(_wrapped(model, wrapper), backend=max_backend)
     optimizer = ddp_case.make_optimizer(model.parameters())
     losses = []
     for x, y in ddp_case.batches():
@@ -64,8 +80,8 @@ def main(rank: int, world: int, out_dir: Path) -> None:
         losses.append(loss.detach())
     torch.save(
         {
-            "params": {n: p.detach() for n, p in model.named_parameters()},
-            "grads": {n: p.grad for n, p in model.named_parameters()},
+            "params": {n: _full(p) for n, p in model.named_parameters()},
+            "grads": {n: _full(p.grad) for n, p in model.named_parameters()},
             "losses": losses,
             "max_calls": calls,
         },
@@ -76,4 +92,9 @@ def main(rank: int, world: int, out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))
+    main(
+        int(sys.argv[1]),
+        int(sys.argv[2]),
+        Path(sys.argv[3]),
+        sys.argv[4] if len(sys.argv) > 4 else "ddp",
+    )

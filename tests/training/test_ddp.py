@@ -1,8 +1,10 @@
-"""DistributedDataParallel over gloo, two processes, model compiled with max_backend.
+"""DistributedDataParallel and FSDP2 (fully_shard) over gloo, two processes,
+model compiled with max_backend.
 
-With a mean loss and equal shares, DDP's averaged gradients equal the
+With a mean loss and equal shares, the averaged gradients equal the
 gradients of one process on the whole batch, so parameters after N steps must
-match a single-process eager run on the concatenated batches.
+match a single-process eager run on the concatenated batches (FSDP2's
+sharded parameters and gradients gathered whole first).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def _output(worker: subprocess.Popen) -> str:
 
 
 @pytest.mark.skipif(not dist.is_gloo_available(), reason="no gloo backend")
-def test_ddp_two_gloo_processes_match_single_process(tmp_path):
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp2"])
+def test_two_gloo_processes_match_single_process(tmp_path, wrapper):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     workers = [
         subprocess.Popen(
@@ -49,6 +52,7 @@ def test_ddp_two_gloo_processes_match_single_process(tmp_path):
                 str(r),
                 str(WORLD),
                 str(tmp_path),
+                wrapper,
             ],
             env=env,
             stdout=subprocess.PIPE,

@@ -27,6 +27,7 @@ FAMILIES: tuple[str, ...] = (
     "embedding",
     "float_functions",
     "foreach",
+    "grouped_products",
     "histogram",
     "indexing",
     "layer_backward",

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
 from max.dtype import DType
-from max.graph import Dim, TensorValue, ops
+from max.graph import DeviceRef, Dim, TensorValue, ops
 
 from .float32_products import matmul
 from .shapes import index_along, static_size
@@ -155,18 +155,52 @@ def _product(
         # Nothing to compute; MAX failed to compile a summed product with an
         # empty dim ("statically known dimensions must match").
         return _empty(a, make_b(), sizes[0])
-    forms = _CURRENT.get()
     size = None if sizes is None else math.prod(sizes[0]) * sizes[1]
+    if _as_sum(size, a.device):
+        return summed(a, make_b()) if rows is None else summed_along_rows(a, rows)
+    return matmul(a, make_b())
+
+
+def _as_sum(size: int | None, device: DeviceRef) -> bool:
+    """Whether a product of ``size`` multiply-adds (None: unknown) is built
+    as a sum; recorded in the graph's forms either way."""
+    forms = _CURRENT.get()
     if (
         forms is not None
         and forms.sums_allowed
-        and a.device.is_cpu()
+        and device.is_cpu()
         and size is not None
         and size <= SUMMED_PRODUCT_LIMIT
     ):
         forms.summed += 1
         forms.largest_sum = max(forms.largest_sum, size)
-        return summed(a, make_b()) if rows is None else summed_along_rows(a, rows)
+        return True
     if forms is not None:
         forms.matmuls += 1
-    return matmul(a, make_b())
+    return False
+
+
+def group_product(a: TensorValue, b: TensorValue, most_rows: int | None) -> TensorValue:
+    """``a`` [G, K] times ``b`` [K, N] (K not 0) for one group of a grouped
+    product: G is known only at run time, at most ``most_rows`` (None:
+    unbounded), and the form is chosen as ``product`` would choose it for
+    that many rows."""
+    k, n = static_size(a.shape[-1]), static_size(b.shape[-1])
+    size = None if None in (k, n, most_rows) else most_rows * k * n  # type: ignore[operator]
+    return summed(a, b) if _as_sum(size, a.device) else matmul(a, b)
+
+
+def group_contraction(
+    a: TensorValue, b: TensorValue, most: int | None, any_rows: TensorValue
+) -> TensorValue:
+    """``a`` [M, G] times ``b`` [G, N] summed over one group of G (a weight
+    gradient of a grouped product): G known only at run time, at most
+    ``most``; ``any_rows`` (a bool scalar) says whether the group has any.
+    A group with none gives zeros, where MAX's matmul leaves its output
+    unwritten."""
+    m, n = static_size(a.shape[0]), static_size(b.shape[-1])
+    size = None if None in (m, n, most) else m * n * most  # type: ignore[operator]
+    if _as_sum(size, a.device):
+        return summed(a, b)
+    zero = ops.constant(0, a.dtype, device=a.device)
+    return ops.where(any_rows, matmul(a, b), zero)

@@ -42,9 +42,52 @@ class LoweringRegistry(MutableMapping[OpOverload, LoweringFn]):
 
     def __init__(self) -> None:
         self._table: dict[OpOverload, LoweringFn] = {}
+        # Lowerings of operators another library defines when imported
+        # (``"transformers::grouped_mm_fallback"``), by qualified name: an
+        # entry joins the table once its operator exists.
+        self._deferred: dict[str, LoweringFn] = {}
+
+    def defer(self, qualified_name: str, fn: LoweringFn) -> None:
+        """Register ``fn`` for the default overload of ``qualified_name``
+        (``"namespace::name"``), an operator that exists only once the
+        library defining it is imported; importing it here would cost every
+        user of the backend that library's import time."""
+        if "::" not in qualified_name or "." in qualified_name:
+            raise ValueError(
+                f"a deferred lowering names an operator as 'namespace::name', "
+                f"got {qualified_name!r}"
+            )
+        if qualified_name in self._deferred:
+            raise ValueError(f"{qualified_name} is registered twice")
+        self._deferred[qualified_name] = fn
+
+    def deferred_names(self) -> tuple[str, ...]:
+        """The operators of other libraries that have a lowering, loaded or not."""
+        return tuple(sorted(self._deferred))
+
+    def deferred(self, qualified_name: str) -> LoweringFn:
+        """The lowering registered for another library's operator by name."""
+        return self._deferred[qualified_name]
+
+    def _join_deferred(self, op: OpOverload) -> None:
+        """Move a deferred lowering of ``op`` into the table (users' own
+        entries for it win)."""
+        if op not in self._table and op._overloadname == "default":
+            fn = self._deferred.get(op._schema.name)
+            if fn is not None:
+                self._table[op] = fn
+
+    def _join_loaded(self) -> None:
+        for name in self._deferred:
+            namespace, _, op_name = name.partition("::")
+            packet = getattr(getattr(torch.ops, namespace), op_name, None)
+            if packet is not None:
+                self._join_deferred(packet.default)
 
     def _overloads(self, key: object, *, setting: bool) -> list[OpOverload]:
         if isinstance(key, OpOverload):
+            if not setting:
+                self._join_deferred(key)
             return [key]
         if isinstance(key, OpOverloadPacket):
             if setting:
@@ -79,6 +122,8 @@ class LoweringRegistry(MutableMapping[OpOverload, LoweringFn]):
     def __delitem__(self, key: object) -> None:
         for op in self._overloads(key, setting=False):
             del self._table[op]
+            if op._overloadname == "default":
+                self._deferred.pop(op._schema.name, None)
 
     def __contains__(self, key: object) -> bool:
         try:
@@ -87,9 +132,11 @@ class LoweringRegistry(MutableMapping[OpOverload, LoweringFn]):
             return False
 
     def __iter__(self) -> Iterator[OpOverload]:
-        return iter(self._table)
+        self._join_loaded()
+        return iter(list(self._table))
 
     def __len__(self) -> int:
+        self._join_loaded()
         return len(self._table)
 
     def __repr__(self) -> str:
@@ -108,7 +155,9 @@ def lowering(
     """Register the decorated function as the MAX lowering of each exact overload.
 
     Args:
-        ops: exact overloads, never packets, and each registered once.
+        ops: exact overloads, never packets, and each registered once; or
+            the qualified name (``"namespace::name"``) of another library's
+            operator, registered when that library is loaded.
         lift_scalars: Python numbers in ``Scalar`` arguments reach the function
             as ``ScalarArg`` graph inputs, so graphs differing only in such
             constants share one compiled artifact. Off for ops whose scalars
@@ -121,6 +170,9 @@ def lowering(
 
     def register(fn: F) -> F:
         for op in ops:
+            if isinstance(op, str):
+                MAPPING_TORCH_ATEN_TO_MAX.defer(op, fn)
+                continue
             if not isinstance(op, OpOverload):
                 raise TypeError(f"@lowering takes exact overloads, got {op!r}")
             if op in MAPPING_TORCH_ATEN_TO_MAX:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from collections.abc import Sequence
 
 import sympy
 import torch
 from max.dtype import DType
-from max.graph import DeviceRef, Dim, StaticDim, TensorValue, ops
+from max.graph import DeviceRef, Dim, Graph, StaticDim, TensorValue, ops
 
 from ..errors import MaxCompilerError
 from .index_origin import origin_start, runtime_int
@@ -29,6 +31,18 @@ def max_dim(size: int | torch.SymInt, where: str) -> int | str:
         f"{where} has a size given by the expression {expr}; torch-max-backend "
         "takes symbolic input sizes that are plain symbols"
     )
+
+
+# Per MAX graph, the fresh dims named so far: names must differ within a graph
+# (one name is one size) and repeat across builds (MAX caches by graph text).
+_FRESH: weakref.WeakKeyDictionary[Graph, itertools.count] = weakref.WeakKeyDictionary()
+
+
+def fresh_dim(prefix: str) -> Dim:
+    """A symbolic dim no other value of the graph being built has: a size
+    known only at run time, such as a slice whose bounds are tensors."""
+    counter = _FRESH.setdefault(Graph.current, itertools.count())
+    return Dim(f"{prefix}_{next(counter)}")
 
 
 def normalize_dim(dim: int, rank: int) -> int:

@@ -22,6 +22,7 @@ from ..registry import (
     strategy_for,
     unsupported_reason,
 )
+from .flex_attention import FLEX_ATTENTION, why_not_flex_attention
 from .higher_order import (
     COND,
     HIGHER_ORDER,
@@ -87,9 +88,10 @@ def why_unsupported(node: torch.fx.Node) -> tuple[str, str, str] | None:
         return None
     if node.op != "call_function" or node.target in SYM_FUNCTIONS:
         return None
-    if node.target in HIGHER_ORDER:
+    if node.target in HIGHER_ORDER or node.target is FLEX_ATTENTION:
         gm = node.graph.owning_module
         why_not = {
+            FLEX_ATTENTION: why_not_flex_attention,
             COND: why_not_cond,
             INVOKE_SUBGRAPH: why_not_invoke_subgraph,
             WHILE_LOOP: why_not_while_loop,

@@ -13,9 +13,9 @@ What it leaves out is what the build reads at run time anyway: the values of
 graph attributes (constants are fed as inputs, never baked in).
 
 A graph whose build may depend on anything else gets no fingerprint (None):
-an op outside the ``aten`` and ``prims`` namespaces (a user's Mojo kernel,
-whose source lives outside this package), an argument of a kind not
-described here.
+an op outside the ``aten`` and ``prims`` namespaces that this package does
+not lower by name (a user's Mojo kernel, whose source lives outside this
+package), a higher-order op, an argument of a kind not described here.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from torch._ops import OpOverload
 
 from ... import logs
 from ..passes import CallerOutputs
-from ..registry import strategy_for
+from ..registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 from .capability import SYM_FUNCTIONS, lowering_of
 
 _PACKAGE = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def _target(node: torch.fx.Node) -> str:
         return str(target)
     if target in SYM_FUNCTIONS:
         return f"operator.{target.__name__}"
-    if not isinstance(target, OpOverload) or target.namespace not in _OWN_NAMESPACES:
+    if not isinstance(target, OpOverload) or not _described(target):
         raise _Unknown(f"op {target}")
     fn = lowering_of(node)
     if fn is None or not fn.__module__.startswith(_OWN_MODULES):
@@ -113,6 +113,15 @@ def _target(node: torch.fx.Node) -> str:
     strategy = strategy_for(fn, node)
     chosen = "" if strategy is None else f":{strategy}"
     return f"{target}:{fn.__module__}.{fn.__qualname__}{chosen}"
+
+
+def _described(op: OpOverload) -> bool:
+    """ATen and prims ops, and other libraries' ops that this package lowers
+    by name (registry.defer): their lowerings are its own sources."""
+    return op.namespace in _OWN_NAMESPACES or (
+        op._overloadname == "default"
+        and op._schema.name in MAPPING_TORCH_ATEN_TO_MAX.deferred_names()
+    )
 
 
 def _attribute(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:

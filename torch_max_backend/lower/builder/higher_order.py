@@ -49,6 +49,10 @@ COVERAGE = {
     "invoke_subgraph": "a nested_compile_region inlined at each call, "
     "inference and training; a region that draws random numbers or nests a "
     "graph runs in PyTorch",
+    "flex_attention": "forward, static sizes: eager's dense math traced with "
+    "the node's sizes (score_mod and mask_mod elementwise over the score "
+    "matrix, GQA, logsumexp) and lowered in place (builder/flex_attention.py); "
+    "the block mask's block lists are not read, as in eager on a CPU",
 }
 
 # A node's lowering: (node, its values so far) -> its MAX value(s).

@@ -30,6 +30,7 @@ from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
+from .flex_attention import FLEX_ATTENTION, lower_flex_attention
 from .higher_order import (
     COND,
     HIGHER_ORDER,
@@ -163,6 +164,8 @@ class NodeWalk:
                 return lower_cond(node, self.gm, values, call, device)
             if node.target is INVOKE_SUBGRAPH:
                 return inline_subgraph(node, self.gm, values, call)
+            if node.target is FLEX_ATTENTION:
+                return lower_flex_attention(node, values, call)
             return lower_while_loop(node, self.gm, values, call)
         except Exception as e:
             # Named after this node, which the graph holds (an inner node's
@@ -171,7 +174,7 @@ class NodeWalk:
 
     def _call(self, node: torch.fx.Node) -> Any:
         target = node.target
-        if target in HIGHER_ORDER:
+        if target in HIGHER_ORDER or target is FLEX_ATTENTION:
             return self._higher_order(node)
         if target in SYM_FUNCTIONS:
             args = [self._resolve(a) for a in node.args]
