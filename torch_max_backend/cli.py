@@ -38,7 +38,9 @@ def ops_markdown() -> str:
     for op, fn in MAPPING_TORCH_ATEN_TO_MAX.items():
         # The package's own lowerings; not ops users registered (mojo_op too).
         own = getattr(fn, "__module__", "").startswith(f"{__package__}.lower.ops.")
-        if op not in core and own:
+        # Other libraries' operators have a table of their own, loaded or not.
+        by_name = op._schema.name in MAPPING_TORCH_ATEN_TO_MAX.deferred_names()
+        if op not in core and own and not by_name:
             extra[fn.__module__.rsplit(".", 1)[-1]].append(str(op))
     extra_table = tabulate(
         [
