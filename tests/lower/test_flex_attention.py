@@ -69,20 +69,13 @@ def test_score_and_mask_functions_gqa_and_logsumexp_match_eager(max_calls):
 
 
 def test_llama_with_flex_attention_runs_forward_on_max(max_calls):
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        vocab_size=128,
-        attn_implementation="flex_attention",
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
+    pytest.importorskip("transformers")
+    from benchmarks.hf_architectures import build, by_name
+
+    model, inputs = build(by_name("llama"))
+    model.eval().set_attn_implementation("flex_attention")
     assert model.config._attn_implementation == "flex_attention"
-    ids = torch.randint(0, 128, (2, LENGTH))
+    ids = inputs["input_ids"]
     with torch.no_grad():
         want = model(ids).logits
         compiled = torch.compile(model, backend=max_backend, options={"strict": True})

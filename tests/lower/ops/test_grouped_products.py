@@ -114,3 +114,16 @@ def test_mixtral_forward_runs_whole_on_max(max_calls):
         got = compiled(**inputs).logits
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert max_calls.count == 1
+
+
+def test_a_token_count_known_only_at_run_time_is_one_graph(max_calls):
+    compiled = torch.compile(_fallback, backend=max_backend, options={"strict": True})
+    w = torch.randn(EXPERTS, K, N)
+    for rows, counts in ((12, [3, 7, 10]), (20, [5, 5, 18]), (7, [0, 7, 7])):
+        x = torch.randn(rows, K)
+        torch._dynamo.mark_dynamic(x, 0)
+        offs = torch.tensor(counts)
+        got, want = compiled(x, w, offs), _fallback(x, w, offs)
+        torch.testing.assert_close(got[: counts[-1]], want[: counts[-1]])
+        assert not got[counts[-1] :].any()
+    assert len(set(max_calls.names)) == 1 and max_calls.count == 3

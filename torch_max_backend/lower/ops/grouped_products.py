@@ -142,8 +142,16 @@ def grouped_contraction(
 # -- transformers' fallback (float32 and float16 experts under torch.compile) --
 
 
+def _groups_fixed(offs: torch.Tensor) -> str | None:
+    """Why ``offs`` does not give a fixed number (one or more) of groups."""
+    if offs.dim() != 1 or not isinstance(offs.shape[0], int) or offs.shape[0] < 1:
+        return f"offs of shape {list(offs.shape)} (a fixed number of groups)"
+    return None
+
+
 def _fallback_covered(node: torch.fx.Node) -> str | None:
-    """Floating-point input [S, K] and weight [E, K, N] of one dtype, integer offs."""
+    """Floating-point input [S, K] and weight [E, K, N] of one dtype, integer
+    offs of a fixed length."""
     x, weight, offs = (arg_meta(node, i) for i in range(3))
     if x is None or weight is None or offs is None:
         return "arguments that are not tensors"
@@ -151,7 +159,7 @@ def _fallback_covered(node: torch.fx.Node) -> str | None:
         return f"input {x.dtype} and weight {weight.dtype}"
     if offs.dtype not in (torch.int32, torch.int64):
         return f"offs of {offs.dtype}"
-    return None
+    return _groups_fixed(offs)
 
 
 @lowering("transformers::grouped_mm_fallback", supports=_fallback_covered)
@@ -186,6 +194,9 @@ def _grouped_mm_covered(node: torch.fx.Node) -> str | None:
     out_dtype = node_arg(node, 4, "out_dtype", None)
     if out_dtype not in (None, a.dtype):
         return f"out_dtype={out_dtype}"
+    offs_meta = arg_meta(node, 2, "offs")
+    if offs_meta is not None and _groups_fixed(offs_meta) is not None:
+        return _groups_fixed(offs_meta)
     ranks = (a.dim(), b.dim(), offs is not None)
     if ranks not in ((2, 3, True), (2, 2, True), (3, 3, False)):
         return f"a {a.dim()}-d by {b.dim()}-d product {'with' if ranks[2] else 'without'} offs"
