@@ -1,8 +1,9 @@
 """The benchmark suite's cases and how one case is measured on one backend.
 
-Inference cases come from the zoo; ``mlp-train`` is a whole training step
-(forward, cross-entropy, backward, SGD with momentum) compiled as one
-function, the way the training examples use the backend.
+Inference cases come from the zoo; the ``-train`` cases are whole training
+steps (forward, cross-entropy, backward, optimizer step; zero_grad first)
+compiled as one function, the way the training examples use the backend:
+the MLP with SGD and momentum, GPT-2 (6 layers) and ResNet-18 with AdamW.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ CASES: dict[str, str] = {
     "bert": "BERT-base, 1x128",
     "gemma": "Gemma-3-style decoder (Gemma 3 270M width, 6 layers), 1x128",
     "mlp-train": "MLP training step (SGD, momentum), batch 64, hidden 1024",
+    "gpt2-train": "GPT-2 small (6 layers) training step (AdamW), 1x128",
+    "resnet18-train": "ResNet-18 training step (AdamW), 2x3x112x112",
 }
 
 
@@ -76,6 +79,30 @@ def _inference(
     return figures
 
 
+def _stepper(
+    net: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> Callable[[], torch.Tensor]:
+    """One training step of ``net`` on ``(x, y)``: cross-entropy over the
+    last dim of its output."""
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad()
+        out = net(x)
+        if out.dim() > 2:  # a language model's logits: one row per token
+            out, targets = out.reshape(-1, out.shape[-1]), y.reshape(-1)
+        else:
+            targets = y
+        loss = F.cross_entropy(out, targets)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
 def sgd_momentum_stepper(
     net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
 ) -> Callable[[], torch.Tensor]:
@@ -88,26 +115,52 @@ def sgd_momentum_stepper(
     # buf = grad exactly (dampening 0), so every step is the later one.
     for p in net.parameters():
         optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
-
-    def step() -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    return step
+    return _stepper(net, optimizer, x, y)
 
 
-def _mlp_training(
-    backend: str, runs: int, max_seconds: float, first_call_only: bool
-) -> dict[str, Any]:
+def adamw_stepper(
+    net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
+) -> Callable[[], torch.Tensor]:
+    """One training step of ``net`` on ``(x, y)``: AdamW."""
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    # As SGD's buffers above: AdamW's state from zero moments at step 0 is
+    # what its first step creates, so every step runs one program.
+    for p in net.parameters():
+        optimizer.state[p].update(
+            step=torch.tensor(0.0),
+            exp_avg=torch.zeros_like(p),
+            exp_avg_sq=torch.zeros_like(p),
+        )
+    return _stepper(net, optimizer, x, y)
+
+
+def _training_case(
+    case: str,
+) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor, Any]:
+    """The model, its input and targets, and the stepper of a ``-train`` case."""
+    if case == "gpt2-train":
+        model, (ids,) = zoo.gpt2(layers=6)
+        # Dropout off: max's step is compared with eager's, draw for draw.
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        # Next-token targets: the inputs shifted by one, the last wrapped.
+        return model, ids, ids.roll(-1, dims=1), adamw_stepper
+    if case == "resnet18-train":
+        model, (x,) = zoo.resnet18(batch=2, size=112)
+        return model, x, torch.randint(0, 1000, (x.shape[0],)), adamw_stepper
     model, (x,) = zoo.build("mlp")
+    return model, x, torch.randint(0, 10, (x.shape[0],)), sgd_momentum_stepper
+
+
+def _training(
+    case: str, backend: str, runs: int, max_seconds: float, first_call_only: bool
+) -> dict[str, Any]:
+    model, x, y, stepper = _training_case(case)
     model.train()
-    y = torch.randint(0, 10, (x.shape[0],))
     reference = copy.deepcopy(model)
 
-    fn = _compile(sgd_momentum_stepper(model, x, y), backend)
+    fn = _compile(stepper(model, x, y), backend)
     start = time.perf_counter()
     fn()
     figures: dict[str, Any] = {"first_call_s": time.perf_counter() - start}
@@ -115,7 +168,7 @@ def _mlp_training(
         return figures
     # Error: the parameters after three steps, against eager's three steps.
     fn(), fn()
-    eager_step = sgd_momentum_stepper(reference, x, y)
+    eager_step = stepper(reference, x, y)
     for _ in range(3):
         eager_step()
     figures["max_abs_error"] = max(
@@ -141,8 +194,8 @@ def measure(
     torch.manual_seed(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if case == "mlp-train":
-            figures = _mlp_training(backend, runs, max_seconds, first_call_only)
+        if case.endswith("-train"):
+            figures = _training(case, backend, runs, max_seconds, first_call_only)
         else:
             figures = _inference(case, backend, runs, max_seconds, first_call_only)
     figures.update(case=case, backend=backend)

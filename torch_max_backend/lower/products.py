@@ -180,13 +180,21 @@ def _as_sum(size: int | None, device: DeviceRef) -> bool:
     return False
 
 
+def _bounded_size(bound: int | None, *dims: Dim) -> int | None:
+    """``bound`` times the static ``dims``: the most multiply-adds of a
+    product whose run-time size is at most ``bound``; None when unknown."""
+    sizes = [static_size(d) for d in dims]
+    if bound is None or any(s is None for s in sizes):
+        return None
+    return bound * math.prod(s for s in sizes if s is not None)
+
+
 def group_product(a: TensorValue, b: TensorValue, most_rows: int | None) -> TensorValue:
     """``a`` [G, K] times ``b`` [K, N] (K not 0) for one group of a grouped
     product: G is known only at run time, at most ``most_rows`` (None:
     unbounded), and the form is chosen as ``product`` would choose it for
     that many rows."""
-    k, n = static_size(a.shape[-1]), static_size(b.shape[-1])
-    size = None if None in (k, n, most_rows) else most_rows * k * n  # type: ignore[operator]
+    size = _bounded_size(most_rows, a.shape[-1], b.shape[-1])
     return summed(a, b) if _as_sum(size, a.device) else matmul(a, b)
 
 
@@ -198,8 +206,7 @@ def group_contraction(
     ``most``; ``any_rows`` (a bool scalar) says whether the group has any.
     A group with none gives zeros, where MAX's matmul leaves its output
     unwritten."""
-    m, n = static_size(a.shape[0]), static_size(b.shape[-1])
-    size = None if None in (m, n, most) else m * n * most  # type: ignore[operator]
+    size = _bounded_size(most, a.shape[0], b.shape[-1])
     if _as_sum(size, a.device):
         return summed(a, b)
     zero = ops.constant(0, a.dtype, device=a.device)
