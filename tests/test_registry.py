@@ -107,6 +107,11 @@ def test_a_lowering_by_name_takes_effect_once_its_library_defines_the_op(max_cal
         lowering("max_deferred_test.twice")(twice)
     with pytest.raises(ValueError, match="registered twice"):
         lowering("max_deferred_test::twice")(twice)
+    # Removing it removes the name too: later tests (docs/ops.md's table) see
+    # the package's own lowerings only.
+    del MAPPING_TORCH_ATEN_TO_MAX[op]
+    assert "max_deferred_test::twice" not in MAPPING_TORCH_ATEN_TO_MAX.deferred_names()
+    assert op not in MAPPING_TORCH_ATEN_TO_MAX
 
 
 def test_every_lowering_documents_its_schemas():

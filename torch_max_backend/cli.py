@@ -39,7 +39,7 @@ def ops_markdown() -> str:
         # The package's own lowerings; not ops users registered (mojo_op too).
         own = getattr(fn, "__module__", "").startswith(f"{__package__}.lower.ops.")
         # Other libraries' operators have a table of their own, loaded or not.
-        by_name = op._schema.name in MAPPING_TORCH_ATEN_TO_MAX.deferred_names()
+        by_name = MAPPING_TORCH_ATEN_TO_MAX.lowers_by_name(op)
         if op not in core and own and not by_name:
             extra[fn.__module__.rsplit(".", 1)[-1]].append(str(op))
     extra_table = tabulate(
@@ -59,6 +59,10 @@ def ops_markdown() -> str:
                 MAPPING_TORCH_ATEN_TO_MAX.deferred(name).__module__.rsplit(".", 1)[-1],
             ]
             for name in MAPPING_TORCH_ATEN_TO_MAX.deferred_names()
+            # The package's own, as in the table above.
+            if MAPPING_TORCH_ATEN_TO_MAX.deferred(name).__module__.startswith(
+                f"{__package__}.lower.ops."
+            )
         ],
         headers=["operator", "family"],
         tablefmt="github",

@@ -69,13 +69,16 @@ class LoweringRegistry(MutableMapping[OpOverload, LoweringFn]):
         """The lowering registered for another library's operator by name."""
         return self._deferred[qualified_name]
 
+    def lowers_by_name(self, op: OpOverload) -> bool:
+        """Whether ``op`` is another library's operator with a lowering
+        registered by name (``defer``)."""
+        return op._overloadname == "default" and op._schema.name in self._deferred
+
     def _join_deferred(self, op: OpOverload) -> None:
         """Move a deferred lowering of ``op`` into the table (users' own
         entries for it win)."""
-        if op not in self._table and op._overloadname == "default":
-            fn = self._deferred.get(op._schema.name)
-            if fn is not None:
-                self._table[op] = fn
+        if op not in self._table and self.lowers_by_name(op):
+            self._table[op] = self._deferred[op._schema.name]
 
     def _join_loaded(self) -> None:
         for name in self._deferred:
@@ -122,8 +125,8 @@ class LoweringRegistry(MutableMapping[OpOverload, LoweringFn]):
     def __delitem__(self, key: object) -> None:
         for op in self._overloads(key, setting=False):
             del self._table[op]
-            if op._overloadname == "default":
-                self._deferred.pop(op._schema.name, None)
+            if self.lowers_by_name(op):
+                del self._deferred[op._schema.name]
 
     def __contains__(self, key: object) -> bool:
         try:

@@ -22,9 +22,10 @@ from ..registry import (
     strategy_for,
     unsupported_reason,
 )
-from .flex_attention import FLEX_ATTENTION, why_not_flex_attention
+from .flex_attention import why_not_flex_attention
 from .higher_order import (
     COND,
+    FLEX_ATTENTION,
     HIGHER_ORDER,
     INVOKE_SUBGRAPH,
     WHILE_LOOP,
@@ -88,7 +89,7 @@ def why_unsupported(node: torch.fx.Node) -> tuple[str, str, str] | None:
         return None
     if node.op != "call_function" or node.target in SYM_FUNCTIONS:
         return None
-    if node.target in HIGHER_ORDER or node.target is FLEX_ATTENTION:
+    if node.target in HIGHER_ORDER:
         gm = node.graph.owning_module
         why_not = {
             FLEX_ATTENTION: why_not_flex_attention,

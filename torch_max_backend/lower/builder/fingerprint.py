@@ -118,9 +118,8 @@ def _target(node: torch.fx.Node) -> str:
 def _described(op: OpOverload) -> bool:
     """ATen and prims ops, and other libraries' ops that this package lowers
     by name (registry.defer): their lowerings are its own sources."""
-    return op.namespace in _OWN_NAMESPACES or (
-        op._overloadname == "default"
-        and op._schema.name in MAPPING_TORCH_ATEN_TO_MAX.deferred_names()
+    return op.namespace in _OWN_NAMESPACES or MAPPING_TORCH_ATEN_TO_MAX.lowers_by_name(
+        op
     )
 
 

@@ -29,8 +29,6 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..registry import decomposition_table
 from .higher_order import CallNode, _build_inner, _subgraph, _why_not_inner
 
-FLEX_ATTENTION = torch.ops.higher_order.flex_attention
-
 # The traced dense graph, kept on the node: the capability check and the
 # build (and a graph's second build) read it.
 _DENSE = "max_flex_attention_dense"

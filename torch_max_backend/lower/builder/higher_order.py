@@ -34,7 +34,9 @@ from ..shapes import max_dim
 COND = torch.ops.higher_order.cond
 INVOKE_SUBGRAPH = torch.ops.higher_order.invoke_subgraph
 WHILE_LOOP = torch.ops.higher_order.while_loop
-HIGHER_ORDER = (COND, INVOKE_SUBGRAPH, WHILE_LOOP)
+# Lowered in flex_attention.py, through the same inner-graph walk.
+FLEX_ATTENTION = torch.ops.higher_order.flex_attention
+HIGHER_ORDER = (COND, INVOKE_SUBGRAPH, WHILE_LOOP, FLEX_ATTENTION)
 
 # What each covers, for docs/ops.md (``torch-max-backend ops``).
 COVERAGE = {

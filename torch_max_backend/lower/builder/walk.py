@@ -30,9 +30,10 @@ from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
-from .flex_attention import FLEX_ATTENTION, lower_flex_attention
+from .flex_attention import lower_flex_attention
 from .higher_order import (
     COND,
+    FLEX_ATTENTION,
     HIGHER_ORDER,
     INVOKE_SUBGRAPH,
     inline_subgraph,
@@ -174,7 +175,7 @@ class NodeWalk:
 
     def _call(self, node: torch.fx.Node) -> Any:
         target = node.target
-        if target in HIGHER_ORDER or target is FLEX_ATTENTION:
+        if target in HIGHER_ORDER:
             return self._higher_order(node)
         if target in SYM_FUNCTIONS:
             args = [self._resolve(a) for a in node.args]

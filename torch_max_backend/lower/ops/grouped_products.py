@@ -31,6 +31,13 @@ aten = torch.ops.aten
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
+def _on_host(value: int | TensorValue) -> TensorValue:
+    """``value`` as an int64 scalar on the host, where MAX takes slice bounds."""
+    if isinstance(value, TensorValue):
+        return value
+    return ops.constant(value, DType.int64, device=DeviceRef.CPU())
+
+
 def _group_ends(offs: TensorValue, total: Dim) -> list[TensorValue]:
     """Each group's end as an int64 scalar on the host (where MAX takes slice
     bounds), clamped to count up from 0 to ``total`` so that every slice is
@@ -45,9 +52,7 @@ def _group_ends(offs: TensorValue, total: Dim) -> list[TensorValue]:
         if groups > 1
         else zero
     )
-    limit = size_value(total)
-    if isinstance(limit, int):
-        limit = ops.constant(limit, DType.int64, device=cpu)
+    limit = _on_host(size_value(total))
     fail_when(
         ops.logical_or(ops.greater(before, counts), ops.greater(counts, limit)),
         "RuntimeError",
@@ -55,7 +60,7 @@ def _group_ends(offs: TensorValue, total: Dim) -> list[TensorValue]:
         "of the grouped dim",
     )
     ends = []
-    end = ops.constant(0, DType.int64, device=cpu)
+    end = _on_host(0)
     for group in range(groups):
         count = ops.reshape(index_along(counts, 0, slice(group, group + 1)), [])
         end = ops.min(ops.max(count, end), limit)
@@ -68,11 +73,11 @@ def _slices(
 ) -> tuple[list[TensorValue], TensorValue]:
     """``x`` cut along ``axis`` into the groups ending at ``ends``, of the
     run-time ``sizes``, and what follows the last group."""
-    start = ops.constant(0, DType.int64, device=DeviceRef.CPU())
+    start = _on_host(0)
     pieces = []
-    for end, size in zip([*ends, size_value(x.shape[axis])], sizes, strict=True):
-        if isinstance(end, int):
-            end = ops.constant(end, DType.int64, device=DeviceRef.CPU())
+    for end, size in zip(
+        [*ends, _on_host(size_value(x.shape[axis]))], sizes, strict=True
+    ):
         selector: list[slice | tuple[slice, Dim]] = [slice(None)] * x.rank
         selector[axis] = (slice(start, end), size)
         pieces.append(ops.slice_tensor(x, selector))
@@ -128,7 +133,7 @@ def grouped_contraction(
     sizes = _sizes(len(ends))
     a_groups, _ = _slices(a, 1, ends, sizes)
     b_groups, _ = _slices(b, 0, ends, sizes)
-    start = ops.constant(0, DType.int64, device=DeviceRef.CPU())
+    start = _on_host(0)
     out = []
     for end, left, right in zip(ends, a_groups, b_groups, strict=True):
         any_rows = ops.greater(end, start)
@@ -186,7 +191,7 @@ def grouped_mm_fallback_backward(
 def _grouped_mm_covered(node: torch.fx.Node) -> str | None:
     """Rows grouped against a 3-d weight, groups along K (the weight's
     gradient) or a 3-d batch without offs; no bias, the inputs' dtype out."""
-    a, b, offs = arg_meta(node, 0), arg_meta(node, 1), node_arg(node, 2, "offs", None)
+    a, b, offs = arg_meta(node, 0), arg_meta(node, 1), arg_meta(node, 2, "offs")
     if a is None or b is None or a.dtype not in _FLOATS or b.dtype != a.dtype:
         return "operands that are not floating-point tensors of one dtype"
     if node_arg(node, 3, "bias", None) is not None:
@@ -194,9 +199,9 @@ def _grouped_mm_covered(node: torch.fx.Node) -> str | None:
     out_dtype = node_arg(node, 4, "out_dtype", None)
     if out_dtype not in (None, a.dtype):
         return f"out_dtype={out_dtype}"
-    offs_meta = arg_meta(node, 2, "offs")
-    if offs_meta is not None and _groups_fixed(offs_meta) is not None:
-        return _groups_fixed(offs_meta)
+    fixed = None if offs is None else _groups_fixed(offs)
+    if fixed is not None:
+        return fixed
     ranks = (a.dim(), b.dim(), offs is not None)
     if ranks not in ((2, 3, True), (2, 2, True), (3, 3, False)):
         return f"a {a.dim()}-d by {b.dim()}-d product {'with' if ranks[2] else 'without'} offs"
