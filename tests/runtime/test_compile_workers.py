@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,42 @@ def test_a_compile_dropped_at_exit_is_not_waited_for(monkeypatch):
     finally:
         release.set()
     assert dropped.result(timeout=60) and kept.result(timeout=60)
+
+
+def test_optional_compiles_go_to_the_low_priority_pool(monkeypatch):
+    """A compile started at_low_priority() (a product upgrade) is handed to
+    the low-priority pool, any other to the shared one."""
+    handed: list[str] = []
+
+    class Pool:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    monkeypatch.setattr(compile_workers, "worker_count", lambda *args: 2)
+    monkeypatch.setattr(compile_workers, "_worker_pool", lambda n: Pool("shared"))
+    monkeypatch.setattr(compile_workers, "_low_priority_pool", lambda: Pool("low"))
+
+    def submit(pool: Pool) -> Future:
+        handed.append(pool.name)
+        done: Future = Future()
+        done.set_result(None)
+        return done
+
+    cpu = torch.device("cpu")
+    with compile_workers.dropped_at_exit():
+        with compile_workers.at_low_priority():
+            compile_workers._start(submit, lambda: None, cpu).result(timeout=60)
+        compile_workers._start(submit, lambda: None, cpu).result(timeout=60)
+    assert handed == ["low", "shared"]
+
+
+def test_the_low_priority_worker_runs_at_the_lowest_priority():
+    if not hasattr(os, "getpriority"):
+        pytest.skip("no process priorities on this platform")
+    pool = compile_workers._low_priority_pool()
+    try:
+        niceness = pool._executor.submit(os.getpriority, os.PRIO_PROCESS, 0)
+        assert niceness.result(timeout=300) == compile_workers.LOW_PRIORITY
+    finally:
+        compile_workers._drop_pool(pool)
+    assert compile_workers._low_pool is None

@@ -9,7 +9,9 @@ So the sums are only the quick first tier: once a graph with a summed
 product of ``MATMUL_FASTER_FROM`` multiply-adds or more is running (smaller
 sums run about as fast as the matmul, or faster: a decode step's attention),
 its matmul version is built on a thread of ours and compiled in a compile
-worker process, and the running graph switches to it with one attribute
+worker process at the lowest CPU priority (an upgrade compiled at normal
+priority on 2 cores made a training step's graphs 2-3x slower for the
+minutes it took), and the running graph switches to it with one attribute
 swap (``CompiledGraph.switch_model``). Its warm-start record then names the
 matmul artifact, so a later process starts on it at once; one that loads a
 record still naming the sums (its process ended first) upgrades the same way.
@@ -36,7 +38,7 @@ from ..lower.builder import BuiltGraph
 from ..lower.products import MATMUL_FASTER_FROM
 from ..plan import GraphPlan
 from ..runtime import stats
-from ..runtime.compile_workers import dropped_at_exit, worker_count
+from ..runtime.compile_workers import at_low_priority, dropped_at_exit, worker_count
 from ..runtime.compiled_graph import CompiledGraph
 from ..runtime.module_batch import alone
 from ..runtime.session import compile_graph_async
@@ -127,8 +129,9 @@ class _Upgrade:
                     self.compiled.name,
                     built.graph,
                 )
-            # Never gathered with the caller's compiles; dropped at exit.
-            with alone(), dropped_at_exit():
+            # Never gathered with the caller's compiles; dropped at exit;
+            # never taking a core from the graphs running meanwhile.
+            with alone(), dropped_at_exit(), at_low_priority():
                 compiling = compile_graph_async(
                     built.graph, built.device, keep=self.keep
                 )

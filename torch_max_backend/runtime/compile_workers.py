@@ -18,6 +18,13 @@ compile in this process too: workers compile for the CPU only here.
 
 A process that exits normally first finishes the compiles it started (their
 artifacts are saved for the next run), instead of discarding them.
+
+Optional compiles (a product upgrade: the graph already runs without it)
+run ``at_low_priority()``: in a worker of their own at the lowest CPU
+priority, so that they never take a core from the graphs the caller runs.
+On 2 cores an upgrade compiled at normal priority beside a training loop
+made every graph of the step 2-3x slower for the minutes it took
+(docs/benchmarks.md, "Training steps").
 """
 
 from __future__ import annotations
@@ -48,6 +55,11 @@ _lock = threading.Lock()
 _workers: int | None = None
 _in_process: ThreadPoolExecutor | None = None
 _pool: object = None  # max.experimental.compile_pool.ProcessCompilePool
+# The one-worker pool of optional compiles, its worker at LOW_PRIORITY.
+_low_pool: object = None
+# The nice value of that worker: the lowest priority POSIX gives.
+LOW_PRIORITY = 19
+_low_priority: ContextVar[bool] = ContextVar("max_low_priority", default=False)
 _unfinished: set[Future] = set()
 _exiting = False
 _dropped_at_exit: ContextVar[bool] = ContextVar("max_dropped_at_exit", default=False)
@@ -143,7 +155,7 @@ def _start(
 ) -> Future[CompiledModel]:
     workers = worker_count()
     if workers > 1 and device.type == "cpu":
-        future = _in_worker(in_worker, workers, retry=True)
+        future = _in_worker(in_worker, workers, retry=True, low=_low_priority.get())
     else:
         future = _in_process_executor().submit(here)
     if not _dropped_at_exit.get():
@@ -164,19 +176,35 @@ def dropped_at_exit() -> Iterator[None]:
         _dropped_at_exit.reset(token)
 
 
+@contextlib.contextmanager
+def at_low_priority() -> Iterator[None]:
+    """CPU compiles started inside run in the low-priority worker (see the
+    module's docstring); where graphs compile in this process, as before."""
+    token = _low_priority.set(True)
+    try:
+        yield
+    finally:
+        _low_priority.reset(token)
+
+
 def _in_worker(
-    submit: Callable[[object], Future[CompiledModel]], workers: int, *, retry: bool
+    submit: Callable[[object], Future[CompiledModel]],
+    workers: int,
+    *,
+    retry: bool,
+    low: bool = False,
 ) -> Future[CompiledModel]:
-    """``submit(pool)``'s compile in the worker pool; a pool whose worker died
-    (killed for memory, say) is replaced and the compile started again, once."""
-    pool = _worker_pool(workers)
+    """``submit(pool)``'s compile in the worker pool (the low-priority one if
+    ``low``); a pool whose worker died (killed for memory, say) is replaced
+    and the compile started again, once."""
+    pool = _low_priority_pool() if low else _worker_pool(workers)
     try:
         first = submit(pool)
     except BrokenProcessPool:
         _drop_pool(pool)
         if not retry:
             raise
-        return _in_worker(submit, workers, retry=False)
+        return _in_worker(submit, workers, retry=False, low=low)
     if not retry:
         return first
     result: Future[CompiledModel] = Future()
@@ -192,7 +220,7 @@ def _in_worker(
                 logger="compile",
             )
             _drop_pool(pool)
-            again = _in_worker(submit, workers, retry=False)
+            again = _in_worker(submit, workers, retry=False, low=low)
             again.add_done_callback(lambda d: copy_outcome(d, result))
         else:
             copy_outcome(done, result)
@@ -211,10 +239,12 @@ def copy_outcome(source: Future, target: Future) -> None:
 
 
 def _drop_pool(pool: object) -> None:
-    global _pool
+    global _pool, _low_pool
     with _lock:
         if _pool is pool:
             _pool = None
+        if _low_pool is pool:
+            _low_pool = None
     # Not here: this may run on the pool's own thread, which closing joins.
     threading.Thread(
         target=_close_quietly, args=(pool,), name="max-pool-close", daemon=True
@@ -248,6 +278,44 @@ def _worker_pool(workers: int) -> object:
             )
             _install_exit_hook()
         return _pool
+
+
+def _low_priority_pool() -> object:
+    global _low_pool
+    with _lock:
+        if _low_pool is None:
+            from max.driver import DeviceSpec
+            from max.experimental.compile_pool import ProcessCompilePool
+
+            _low_pool = ProcessCompilePool(
+                device_specs=[DeviceSpec.cpu()], max_workers=1
+            )
+            _lower_priority(_low_pool)
+            _install_exit_hook()
+        return _low_pool
+
+
+def _lower_priority(pool: object) -> None:
+    """Lower the priority of ``pool``'s one worker, before any compile.
+
+    The pool runs its work in order on that worker (a process pool of one),
+    so ``os.nice`` submitted first runs there before the first compile. MAX's
+    pool offers no initializer of ours: this reaches its executor, and where
+    a later MAX moves it, the worker keeps normal priority (logged).
+    """
+    executor = getattr(pool, "_executor", None)
+    if executor is None:
+        logger.info("torch-max-backend: optional compiles run at normal priority")
+        return
+
+    def report(done: Future) -> None:
+        error = done.exception()
+        if error is not None:
+            logger.info(
+                "torch-max-backend: could not lower a worker's priority: %s", error
+            )
+
+    executor.submit(os.nice, LOW_PRIORITY).add_done_callback(report)
 
 
 def track(future: Future) -> None:
