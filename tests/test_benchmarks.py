@@ -144,3 +144,23 @@ def test_a_cold_run_keeps_the_machines_product_timings(tmp_path, monkeypatch):
         monkeypatch.setenv("MODULAR_DERIVED_PATH", str(tmp_path / "user"))
     merged = json.loads((own / "t.json").read_text())["choices"]
     assert merged == {"a": {"choice": "matmul"}, "b": {"choice": "vendor"}}
+
+
+def test_time_to_max_counts_the_steps_before_one_wholly_on_max():
+    from benchmarks.time_to_max import main, until_on_max
+
+    eager = [0]
+    calls = [0]
+
+    def step() -> None:
+        calls[0] += 1
+        if calls[0] <= 3:  # three steps run a graph in PyTorch
+            eager[0] += 1
+
+    figures = until_on_max(step, lambda: eager[0])
+    assert figures["steps_before"] == 3 and calls[0] == 4
+    assert figures["on_max_s"] >= figures["first_step_s"]
+    # A step that ran wholly on MAX at once: nothing before it.
+    assert until_on_max(lambda: None, lambda: 0)["steps_before"] == 0
+    with pytest.raises(SystemExit):
+        main(["--models", "mlp"])  # an inference case has no step

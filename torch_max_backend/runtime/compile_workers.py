@@ -291,8 +291,15 @@ def _low_priority_pool() -> object:
                 device_specs=[DeviceSpec.cpu()], max_workers=1
             )
             _lower_priority(_low_pool)
-            _install_exit_hook()
+            # Exit hooks run last registered first: the pool closes under
+            # its compile after this says so (no compile started again).
+            threading._register_atexit(_mark_exiting)  # type: ignore[attr-defined]
         return _low_pool
+
+
+def _mark_exiting() -> None:
+    global _exiting
+    _exiting = True
 
 
 def _lower_priority(pool: object) -> None:

@@ -29,6 +29,7 @@ from ..layout import ChannelsLastTwins, is_pointwise
 from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
+from .adam_store import adam_step
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
 from .flex_attention import lower_flex_attention
 from .higher_order import (
@@ -117,6 +118,14 @@ class NodeWalk:
         self.written_in_place = {w.target for w in self.slot_writes.values()}
         self.done_write_backs = {w.write_back: n for n, w in self.slot_writes.items()}
         self.slot_bounds: SharedBounds = {}
+        # Adam updates run as one kernel at their last write-back: the nodes
+        # it replaces are not lowered, their inputs not loaded.
+        self.adam_updates = self.findings.adam_updates if cpu else {}
+        self.adam_replaced = {
+            n for u in self.adam_updates.values() for n in (*u.replaced, *u.write_backs)
+        }
+        for update in self.adam_updates.values():
+            self.written_in_place.update(update.written)
         origin = inputs.origin_index
         self.origin = IndexOrigin(
             None if origin is None else self.graph.inputs[origin].tensor
@@ -217,6 +226,23 @@ class NodeWalk:
             except Exception as e:
                 raise LoweringError(node, e) from e
 
+    def _adam_step(self, node: torch.fx.Node) -> None:
+        update = self.adam_updates[node]
+        buffers = tuple(
+            self._input(self.inputs.input_of[n]).buffer for n in update.written
+        )
+        with lowering_node(node, self.inputs.device_ref, self.twins):
+            try:
+                adam_step(
+                    update,
+                    buffers,  # type: ignore[arg-type]
+                    self.values[update.grad],
+                    self.values[update.a],
+                    self.values[update.b],
+                )
+            except Exception as e:
+                raise LoweringError(node, e) from e
+
     def _placeholder_value(self, node: torch.fx.Node) -> Any:
         meta = node.meta.get("val")
         plan = self.inputs
@@ -296,6 +322,10 @@ class NodeWalk:
                         self.values[node] = self._input(plan.input_of[node]).tensor
                 elif node in self.slot_writes:
                     self.values[node] = self._store_slot(node)
+                elif node in self.adam_updates:
+                    self._adam_step(node)
+                elif node in self.adam_replaced:
+                    pass  # computed by its update's kernel (_adam_step)
                 elif node in self.done_write_backs:
                     self.values[node] = self.values[self.done_write_backs[node]]
                 elif node.op == "call_function":

@@ -19,8 +19,10 @@ from typing import Any
 
 import torch
 
+from .adam_updates import find_adam_updates
 from .eager_layouts import ALL_OUTPUTS, CallerOutputs, find_eager_layouts
 from .findings import (
+    AdamUpdate,
     EagerLayout,
     FoldedConstants,
     GraphFindings,
@@ -36,6 +38,7 @@ from .slot_writes import find_slot_writes
 __all__ = [
     "ALL_OUTPUTS",
     "PASSES",
+    "AdamUpdate",
     "CallerOutputs",
     "EagerLayout",
     "FoldedConstants",
@@ -61,9 +64,11 @@ class GraphPass:
 
 
 # The declared order. An analysis may read what an earlier one found (slot
-# writes go to inputs that mutations chose to write in place).
+# writes go to inputs that mutations chose to write in place; the inputs
+# Adam updates write are always among those).
 PASSES: tuple[GraphPass, ...] = (
     GraphPass("repeats", lambda gm, found: without_repeats(gm), rewrites=True),
+    GraphPass("adam_updates", find_adam_updates),
     GraphPass("mutations", find_mutations),
     GraphPass("constants", find_constants),
     GraphPass("slot_writes", find_slot_writes),

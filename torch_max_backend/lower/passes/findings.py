@@ -71,6 +71,31 @@ class SlotWrite:
 
 
 @dataclass(frozen=True)
+class AdamUpdate:
+    """One parameter's Adam or AdamW update (passes/adam_updates.py): the
+    three inputs it writes in place, the gradient, the constants of its
+    formula, the one-element tensor nodes ``a`` and ``b`` (step-dependent),
+    AOTAutograd's three write-backs and the nodes its kernel replaces."""
+
+    param: torch.fx.Node
+    exp_avg: torch.fx.Node
+    exp_avg_sq: torch.fx.Node
+    grad: torch.fx.Node
+    decay: float
+    w1: float
+    beta2: float
+    w2: float
+    a: torch.fx.Node
+    b: torch.fx.Node
+    write_backs: tuple[torch.fx.Node, ...]
+    replaced: frozenset[torch.fx.Node]
+
+    @property
+    def written(self) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node]:
+        return (self.param, self.exp_avg, self.exp_avg_sq)
+
+
+@dataclass(frozen=True)
 class EagerLayout:
     """A returned tensor read through ``as_strided`` from the node whose
     memory it lies in: ``root`` (itself, or what it views), returned as a
@@ -86,6 +111,8 @@ class GraphFindings:
 
     # The outputs that keep eager's strides and aliasing: the build's input.
     caller_outputs: CallerOutputs | None = None
+    # The last write-back of each Adam/AdamW update -> the update.
+    adam_updates: Mapping[torch.fx.Node, AdamUpdate] = field(default_factory=frozen_map)
     mutations: Mutations = Mutations()
     constants: FoldedConstants = FoldedConstants()
     # index_put/index_copy node -> its one-slot write of a buffered input.
@@ -105,6 +132,7 @@ class GraphFindings:
             f"{len(self.constants.folded)} folded nodes "
             f"({len(self.constants.frontier)} fed), "
             f"{len(self.slot_writes)} slot writes, "
+            f"{len(self.adam_updates)} Adam updates, "
             f"{len(self.repeated_kv)} attentions over repeated K/V, "
             f"{len(self.eager_layouts)} outputs in eager's layout"
         )

@@ -46,13 +46,18 @@ def _writes_one_slot(node: torch.fx.Node) -> bool:
     )
 
 
-def _buffered(mutated: list[torch.fx.Node]) -> list[torch.fx.Node]:
-    """The mutated inputs that become MAX buffers: all, up to MAX_BUFFERS;
-    beyond it, KV caches first (a one-slot store saves copying the cache)."""
-    if len(mutated) <= MAX_BUFFERS:
-        return mutated
-    caches = [n for n in mutated if _writes_one_slot(n)]
-    return caches[:MAX_BUFFERS]
+def _buffered(
+    mutated: list[torch.fx.Node], in_kernels: set[torch.fx.Node]
+) -> list[torch.fx.Node]:
+    """The mutated inputs that become MAX buffers: those our in-place Adam
+    kernel writes (outside the budget: the cliff is MAX's buffer stores,
+    and 186 buffers updated by that kernel compiled in 31 s), then all the
+    others up to MAX_BUFFERS; beyond it, KV caches first (a one-slot store
+    saves copying the cache)."""
+    stored = [n for n in mutated if n not in in_kernels]
+    if len(stored) > MAX_BUFFERS:
+        stored = [n for n in stored if _writes_one_slot(n)][:MAX_BUFFERS]
+    return [n for n in mutated if n in in_kernels or n in stored]
 
 
 def find_mutations(gm: torch.fx.GraphModule, found: GraphFindings) -> Mutations:
@@ -68,4 +73,5 @@ def find_mutations(gm: torch.fx.GraphModule, found: GraphFindings) -> Mutations:
         if node.op == "placeholder"
         and any(user in copies and user.args[0] is node for user in node.users)
     ]
-    return Mutations(tuple(mutated), tuple(_buffered(mutated)), copies)
+    in_kernels = {n for u in found.adam_updates.values() for n in u.written}
+    return Mutations(tuple(mutated), tuple(_buffered(mutated, in_kernels)), copies)

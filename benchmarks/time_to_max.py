@@ -1,0 +1,142 @@
+"""How long a compiled training step takes to run wholly on MAX, from empty caches.
+
+    python -m benchmarks.time_to_max --models mlp-train,gpt2-train,resnet18-train
+
+For each ``-train`` case of the suite (benchmarks/cases.py) and each
+setting of ``background_compile``, one fresh process over empty compile
+caches calls the compiled step until a step runs with none of its graphs
+in PyTorch, and reports:
+
+- the first step's seconds (with background compilation off it waits for
+  every MAX compile; on, it runs in PyTorch while MAX compiles);
+- the seconds from the first call until a step ran wholly on MAX, and how
+  many steps ran before it (each of those ran some graph in PyTorch);
+- the median of five steps after that.
+
+Product upgrades (summed products moved to MAX's matmul later, at low
+priority) do not count: a graph running its summed products is on MAX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from benchmarks import cases
+from benchmarks.child import child_json_or_exit
+from benchmarks.machine import cpu_line, machine
+
+CASES = ("mlp-train", "gpt2-train", "resnet18-train")
+# Steps a process may take to reach MAX, and the time it may take.
+_MAX_STEPS = 10_000
+_TIMEOUT_S = 3600.0
+
+
+def until_on_max(
+    step: Callable[[], object], eager_calls: Callable[[], int]
+) -> dict[str, float]:
+    """Call ``step`` until one call adds no graph run in PyTorch (counted by
+    ``eager_calls``); the first call's seconds, the seconds until that call
+    ended, and the calls before it."""
+    start = time.perf_counter()
+    step()
+    first = time.perf_counter() - start
+    steps, on_max = 1, first
+    wholly = eager_calls() == 0
+    while not wholly:
+        if steps >= _MAX_STEPS or time.perf_counter() - start > _TIMEOUT_S:
+            raise SystemExit(f"not on MAX after {steps} steps")
+        before = eager_calls()
+        step()
+        steps += 1
+        on_max = time.perf_counter() - start
+        wholly = eager_calls() == before
+    return {"first_step_s": first, "on_max_s": on_max, "steps_before": steps - 1}
+
+
+def _child(case: str, background: bool) -> None:
+    """One case in this (fresh) process; prints its figures as JSON."""
+    import torch
+
+    from torch_max_backend import compile_stats
+
+    torch.manual_seed(0)
+    model, x, y, stepper = cases._training_case(case)
+    model.train()
+    options = {"background_compile": background}
+    step = torch.compile(stepper(model, x, y), backend="max", options=options)
+    figures: dict[str, Any] = {"case": case, "background": background}
+    figures.update(until_on_max(step, lambda: compile_stats().eager_calls))
+    after = []
+    for _ in range(5):
+        begin = time.perf_counter()
+        step()
+        after.append(time.perf_counter() - begin)
+    figures["median_ms_after"] = statistics.median(after) * 1e3
+    print(json.dumps(figures), flush=True)
+
+
+def _measure(case: str, background: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        env = dict(os.environ)
+        env["MODULAR_DERIVED_PATH"] = tmp
+        args = ["-m", "benchmarks.time_to_max", "--child", case, str(int(background))]
+        return child_json_or_exit(
+            args, f"{case} (background {background})", env=env, timeout=_TIMEOUT_S
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(CASES))
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", nargs=2, metavar=("CASE", "BACKGROUND"))
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child[0], bool(int(args.child[1])))
+        return
+    names = [m for m in args.models.split(",") if m]
+    for name in names:
+        if name not in CASES:
+            parser.error(f"unknown case {name!r}; choose from {', '.join(CASES)}")
+    print(cpu_line(machine()), file=sys.stderr)
+    rows = [_measure(n, bg) for n in names for bg in (False, True)]
+    print(
+        tabulate(
+            [
+                [
+                    r["case"],
+                    "on" if r["background"] else "off",
+                    f"{r['first_step_s']:.1f}",
+                    f"{r['on_max_s']:.1f}",
+                    r["steps_before"],
+                    f"{r['median_ms_after']:.1f}",
+                ]
+                for r in rows
+            ],
+            headers=[
+                "case",
+                "background",
+                "first step s",
+                "wholly on MAX after s",
+                "steps before",
+                "then median ms",
+            ],
+        )
+    )
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine(), "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Adam and AdamW parameter updates each run as one in-place kernel
+(passes/adam_updates.py, kernels/mojo/adam_step.mojo): the parameter and its
+two moments read and written once, whatever the mutated-input budget; what
+the pattern does not cover (amsgrad) is lowered op by op."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_max_backend import max_backend
+
+KERNEL = "torch_max_backend_adam_step"
+SHAPES = [(40, 37), (5,), (3, 4, 6)]
+
+
+def _optimizer(
+    kind: str, shapes: list[tuple[int, ...]], **options
+) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
+    """Parameters with gradients (the same for every call: seeded) and their
+    optimizer, its state set as its first step would create it."""
+    generator = torch.Generator().manual_seed(0)
+    params = []
+    for shape in shapes:
+        p = torch.nn.Parameter(torch.randn(shape, generator=generator))
+        p.grad = torch.randn(shape, generator=generator)
+        params.append(p)
+    make = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
+    optimizer = make(params, lr=1e-2, **options)
+    for p in params:
+        state = optimizer.state[p]
+        state.update(
+            step=torch.tensor(0.0),
+            exp_avg=torch.zeros_like(p),
+            exp_avg_sq=torch.zeros_like(p),
+        )
+        if options.get("amsgrad"):
+            state["max_exp_avg_sq"] = torch.zeros_like(p)
+    return params, optimizer
+
+
+def _three_steps_match_eager(kind: str, shapes, **options) -> None:
+    params, optimizer = _optimizer(kind, shapes, **options)
+    expected, reference = _optimizer(kind, shapes, **options)
+    step = torch.compile(optimizer.step, backend=max_backend)
+    for _ in range(3):
+        step()
+        reference.step()
+    for p, q in zip(params, expected, strict=True):
+        torch.testing.assert_close(p, q)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(optimizer.state[p][key], reference.state[q][key])
+
+
+@pytest.mark.parametrize("kind", ["adamw", "adam"])
+def test_each_update_is_one_kernel_and_matches_eager(kind, graph_texts):
+    _three_steps_match_eager(kind, SHAPES)
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(SHAPES)
+
+
+def test_updates_past_the_buffer_budget_are_kernels_too(graph_texts):
+    # 30 parameters: 120 mutated inputs, past MAX_BUFFERS (24) stores.
+    _three_steps_match_eager("adamw", [(7, i + 1) for i in range(30)])
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == 30
+
+
+def test_what_the_kernel_does_not_cover_is_lowered_as_written(graph_texts):
+    options = {"amsgrad": True}
+    params, optimizer = _optimizer("adamw", SHAPES[:2], **options)
+    expected, reference = _optimizer("adamw", SHAPES[:2], **options)
+    step = torch.compile(optimizer.step, backend=max_backend)
+    for _ in range(2):
+        step()
+        reference.step()
+    for p, q in zip(params, expected, strict=True):
+        torch.testing.assert_close(p, q)
+    assert all(KERNEL not in text for text in graph_texts())
