@@ -15,7 +15,7 @@ SHAPES = [(40, 37), (5,), (3, 4, 6)]
 
 
 def _optimizer(
-    kind: str, shapes: list[tuple[int, ...]], **options
+    kind: str, shapes: list[tuple[int, ...]], lr: object = 1e-2, **options
 ) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
     """Parameters with gradients (the same for every call: seeded) and their
     optimizer, its state set as its first step would create it."""
@@ -26,7 +26,7 @@ def _optimizer(
         p.grad = torch.randn(shape, generator=generator)
         params.append(p)
     make = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
-    optimizer = make(params, lr=1e-2, **options)
+    optimizer = make(params, lr=lr, **options)
     for p in params:
         state = optimizer.state[p]
         state.update(
@@ -55,6 +55,24 @@ def _three_steps_match_eager(kind: str, shapes, **options) -> None:
 @pytest.mark.parametrize("kind", ["adamw", "adam"])
 def test_each_update_is_one_kernel_and_matches_eager(kind, graph_texts):
     _three_steps_match_eager(kind, SHAPES)
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(SHAPES)
+
+
+def test_a_tensor_learning_rate_is_read_at_each_call(graph_texts):
+    """With lr a tensor (as docs/usage.md advises for schedulers), the decay
+    is computed in the graph and handed to the kernel; a new rate needs no
+    new compile."""
+    params, optimizer = _optimizer("adamw", SHAPES, lr=torch.tensor(1e-2))
+    expected, reference = _optimizer("adamw", SHAPES, lr=torch.tensor(1e-2))
+    step = torch.compile(optimizer.step, backend=max_backend)
+    for rate in (1e-2, 1e-2, 3e-3):
+        for group in (*optimizer.param_groups, *reference.param_groups):
+            group["lr"].fill_(rate)
+        step()
+        reference.step()
+    for p, q in zip(params, expected, strict=True):
+        torch.testing.assert_close(p, q)
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
 

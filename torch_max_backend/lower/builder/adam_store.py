@@ -1,13 +1,17 @@
 """Running one Adam or AdamW update as our in-place kernel.
 
 The adam_updates pass (passes/adam_updates.py) finds them; the walk calls
-``adam_step`` at the update's last write-back, where ``a`` and ``b`` (the
-step's bias corrections and learning rate, one element each) are built.
+``adam_step`` at the update's last write-back, where its tensor coefficients
+(the step's bias corrections and learning rate, one element each) are built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
+import torch
 from max.dtype import DType
 from max.graph import BufferValue, TensorValue, ops
 
@@ -19,21 +23,22 @@ def adam_step(
     update: AdamUpdate,
     buffers: tuple[BufferValue, BufferValue, BufferValue],
     grad: TensorValue,
-    a: TensorValue,
-    b: TensorValue,
+    values: Mapping[torch.fx.Node, Any],
 ) -> None:
-    """Update the parameter, exp_avg and exp_avg_sq ``buffers`` in place."""
+    """Update the parameter, exp_avg and exp_avg_sq ``buffers`` in place;
+    ``values`` holds the built nodes (the coefficients that are tensors)."""
     device = grad.device
-    constants = np.array(
-        [update.decay, update.w1, update.beta2, update.w2], dtype=np.float32
-    )
-    steps = [ops.cast(ops.reshape(v, [1]), DType.float32) for v in (a, b)]
-    coefficients = ops.concat(
-        [ops.constant(constants, DType.float32, device), *steps], axis=0
-    )
+    parts = []
+    for coefficient in update.coefficients:
+        if isinstance(coefficient, torch.fx.Node):
+            value = ops.reshape(values[coefficient], [1])
+            parts.append(ops.cast(value, DType.float32))
+        else:
+            number = np.array([coefficient], dtype=np.float32)
+            parts.append(ops.constant(number, DType.float32, device))
     custom_in_place(
         SHIPPED,
         "torch_max_backend_adam_step",
-        [*buffers, grad, coefficients],
+        [*buffers, grad, ops.concat(parts, axis=0)],
         device,
     )

@@ -237,8 +237,7 @@ class NodeWalk:
                     update,
                     buffers,  # type: ignore[arg-type]
                     self.values[update.grad],
-                    self.values[update.a],
-                    self.values[update.b],
+                    self.values,
                 )
             except Exception as e:
                 raise LoweringError(node, e) from e

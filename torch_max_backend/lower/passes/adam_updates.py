@@ -7,8 +7,10 @@ form Dynamo traces on the CPU) update each parameter as::
     exp_avg_sq' = copy(mul(exp_avg_sq, beta2), fma(grad * grad, w2, mul(exp_avg_sq, beta2)))
     param'      = addcdiv(param * decay, exp_avg', sqrt(exp_avg_sq') / a + b)
 
-(``param * decay`` is ``param`` itself without weight decay; ``a`` and ``b``
-are one-element tensors of the step's bias corrections and learning rate),
+(``param * decay`` is ``param`` itself without weight decay, ``decay`` a
+number or, with a tensor learning rate, a one-element tensor; ``a`` and
+``b`` are one-element tensors of the step's bias corrections and learning
+rate),
 then AOTAutograd copies the three new values into their inputs. Lowered op
 by op that is several kernels, each storing one result and reading its
 inputs again. Where the three inputs are read by nothing else, the walk
@@ -144,12 +146,12 @@ def _match(new_param: torch.fx.Node) -> AdamUpdate | None:
     base, first, denominator, replaced = found
     if _input(base):
         param, decay = base, 1.0
-    elif (
-        _call(base, aten.mul.Tensor, 2)
-        and _input(base.args[0])
-        and _number(base.args[1])
-    ):
-        param, decay = base.args[0], float(base.args[1])
+    elif _call(base, aten.mul.Tensor, 2) and _input(base.args[0]):
+        param, decay = base.args[0], base.args[1]
+        if _number(decay):
+            decay = float(decay)
+        elif not _scalar_tensor(decay):
+            return None
         replaced.append(base)
     else:
         return None
@@ -197,12 +199,7 @@ def _match(new_param: torch.fx.Node) -> AdamUpdate | None:
         exp_avg=exp_avg,
         exp_avg_sq=exp_avg_sq,
         grad=grad,
-        decay=decay,
-        w1=w1,
-        beta2=beta2,
-        w2=w2,
-        a=a,
-        b=b,
+        coefficients=(decay, w1, beta2, w2, a, b),
         write_backs=tuple(w for w in write_backs if w is not None),
         replaced=frozenset(replaced),
     )

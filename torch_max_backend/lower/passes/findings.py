@@ -73,20 +73,17 @@ class SlotWrite:
 @dataclass(frozen=True)
 class AdamUpdate:
     """One parameter's Adam or AdamW update (passes/adam_updates.py): the
-    three inputs it writes in place, the gradient, the constants of its
-    formula, the one-element tensor nodes ``a`` and ``b`` (step-dependent),
-    AOTAutograd's three write-backs and the nodes its kernel replaces."""
+    three inputs it writes in place, the gradient, the coefficients of its
+    kernel (kernels/mojo/adam_step.mojo's order: decay, w1, beta2, w2, a, b;
+    each a number, or a one-element tensor node such as a tensor learning
+    rate's decay or the step's bias corrections), AOTAutograd's three
+    write-backs and the nodes its kernel replaces."""
 
     param: torch.fx.Node
     exp_avg: torch.fx.Node
     exp_avg_sq: torch.fx.Node
     grad: torch.fx.Node
-    decay: float
-    w1: float
-    beta2: float
-    w2: float
-    a: torch.fx.Node
-    b: torch.fx.Node
+    coefficients: tuple[float | torch.fx.Node, ...]
     write_backs: tuple[torch.fx.Node, ...]
     replaced: frozenset[torch.fx.Node]
 
