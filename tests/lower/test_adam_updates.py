@@ -39,11 +39,16 @@ def _optimizer(
     return params, optimizer
 
 
-def _three_steps_match_eager(kind: str, shapes, **options) -> None:
+def _steps_match_eager(kind: str, shapes, rates=(None,) * 3, **options) -> None:
+    """One compiled step and one eager step per rate (a tensor learning
+    rate set to it first, where given); parameters and state then match."""
     params, optimizer = _optimizer(kind, shapes, **options)
     expected, reference = _optimizer(kind, shapes, **options)
     step = torch.compile(optimizer.step, backend=max_backend)
-    for _ in range(3):
+    for rate in rates:
+        if rate is not None:
+            for group in (*optimizer.param_groups, *reference.param_groups):
+                group["lr"].fill_(rate)
         step()
         reference.step()
     for p, q in zip(params, expected, strict=True):
@@ -54,7 +59,7 @@ def _three_steps_match_eager(kind: str, shapes, **options) -> None:
 
 @pytest.mark.parametrize("kind", ["adamw", "adam"])
 def test_each_update_is_one_kernel_and_matches_eager(kind, graph_texts):
-    _three_steps_match_eager(kind, SHAPES)
+    _steps_match_eager(kind, SHAPES)
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
 
@@ -63,35 +68,19 @@ def test_a_tensor_learning_rate_is_read_at_each_call(graph_texts):
     """With lr a tensor (as docs/usage.md advises for schedulers), the decay
     is computed in the graph and handed to the kernel; a new rate needs no
     new compile."""
-    params, optimizer = _optimizer("adamw", SHAPES, lr=torch.tensor(1e-2))
-    expected, reference = _optimizer("adamw", SHAPES, lr=torch.tensor(1e-2))
-    step = torch.compile(optimizer.step, backend=max_backend)
-    for rate in (1e-2, 1e-2, 3e-3):
-        for group in (*optimizer.param_groups, *reference.param_groups):
-            group["lr"].fill_(rate)
-        step()
-        reference.step()
-    for p, q in zip(params, expected, strict=True):
-        torch.testing.assert_close(p, q)
+    rates = (1e-2, 1e-2, 3e-3)
+    _steps_match_eager("adamw", SHAPES, rates, lr=torch.tensor(1e-2))
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
 
 
 def test_updates_past_the_buffer_budget_are_kernels_too(graph_texts):
     # 30 parameters: 120 mutated inputs, past MAX_BUFFERS (24) stores.
-    _three_steps_match_eager("adamw", [(7, i + 1) for i in range(30)])
+    _steps_match_eager("adamw", [(7, i + 1) for i in range(30)])
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == 30
 
 
 def test_what_the_kernel_does_not_cover_is_lowered_as_written(graph_texts):
-    options = {"amsgrad": True}
-    params, optimizer = _optimizer("adamw", SHAPES[:2], **options)
-    expected, reference = _optimizer("adamw", SHAPES[:2], **options)
-    step = torch.compile(optimizer.step, backend=max_backend)
-    for _ in range(2):
-        step()
-        reference.step()
-    for p, q in zip(params, expected, strict=True):
-        torch.testing.assert_close(p, q)
+    _steps_match_eager("adamw", SHAPES[:2], amsgrad=True)
     assert all(KERNEL not in text for text in graph_texts())
