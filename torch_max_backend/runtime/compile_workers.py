@@ -266,16 +266,19 @@ def _in_process_executor() -> ThreadPoolExecutor:
         return _in_process
 
 
+def _new_pool(workers: int) -> object:
+    """A pool of ``workers`` CPU compile worker processes (MAX's)."""
+    from max.driver import DeviceSpec
+    from max.experimental.compile_pool import ProcessCompilePool
+
+    return ProcessCompilePool(device_specs=[DeviceSpec.cpu()], max_workers=workers)
+
+
 def _worker_pool(workers: int) -> object:
     global _pool
     with _lock:
         if _pool is None:
-            from max.driver import DeviceSpec
-            from max.experimental.compile_pool import ProcessCompilePool
-
-            _pool = ProcessCompilePool(
-                device_specs=[DeviceSpec.cpu()], max_workers=workers
-            )
+            _pool = _new_pool(workers)
             _install_exit_hook()
         return _pool
 
@@ -284,12 +287,7 @@ def _low_priority_pool() -> object:
     global _low_pool
     with _lock:
         if _low_pool is None:
-            from max.driver import DeviceSpec
-            from max.experimental.compile_pool import ProcessCompilePool
-
-            _low_pool = ProcessCompilePool(
-                device_specs=[DeviceSpec.cpu()], max_workers=1
-            )
+            _low_pool = _new_pool(1)
             _lower_priority(_low_pool)
             # Exit hooks run last registered first: the pool closes under
             # its compile after this says so (no compile started again).

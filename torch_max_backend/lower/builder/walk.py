@@ -118,9 +118,10 @@ class NodeWalk:
         self.written_in_place = {w.target for w in self.slot_writes.values()}
         self.done_write_backs = {w.write_back: n for n, w in self.slot_writes.items()}
         self.slot_bounds: SharedBounds = {}
-        # Adam updates run as one kernel at their last write-back: the nodes
-        # it replaces are not lowered, their inputs not loaded.
-        self.adam_updates = self.findings.adam_updates if cpu else {}
+        # Adam updates (CPU parameters only: passes/adam_updates.py) run as
+        # one kernel at their last write-back: the nodes it replaces are not
+        # lowered, their inputs not loaded.
+        self.adam_updates = self.findings.adam_updates
         self.adam_replaced = {
             n for u in self.adam_updates.values() for n in (*u.replaced, *u.write_backs)
         }

@@ -96,6 +96,25 @@ def _weight(node: object) -> float | None:
     return float(value) if _number(value) else None
 
 
+def _picked_weight(picked: torch.fx.Node) -> float | None:
+    """``w`` of torch's lerp decomposition's ``where(|w| >= 0.5, w - 1, w)``
+    (the form our kernel computes: from the nearer end), else None."""
+    condition, shifted, weight = picked.args
+    w = _weight(weight)
+    if (
+        w is None
+        or not _call(shifted, aten.sub.Tensor, 2)
+        or shifted.args != (weight, 1)
+    ):
+        return None
+    if not (_call(condition, aten.ge.Scalar, 2) and condition.args[1] == 0.5):
+        return None
+    magnitude = condition.args[0]
+    if not (_call(magnitude, aten.abs.default, 1) and magnitude.args[0] is weight):
+        return None
+    return w
+
+
 def _lerp(node: object) -> tuple[torch.fx.Node, torch.fx.Node, float, list] | None:
     """``(start, end, weight, its nodes)`` of ``lerp(start, end, weight)``:
     the op, or torch's decomposition of it (the weight's two forms picked by
@@ -115,7 +134,7 @@ def _lerp(node: object) -> tuple[torch.fx.Node, torch.fx.Node, float, list] | No
     end, start = diff.args
     if base.args[1:] != (end, start) or base.args[0] is not picked.args[0]:
         return None
-    weight = _weight(picked.args[2])
+    weight = _picked_weight(picked)
     if weight is None:
         return None
     return start, end, weight, [node, scaled, base, diff]
