@@ -29,7 +29,6 @@ from ..layout import ChannelsLastTwins, is_pointwise
 from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
-from .adam_store import adam_step
 from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
 from .flex_attention import lower_flex_attention
 from .higher_order import (
@@ -41,6 +40,7 @@ from .higher_order import (
     lower_cond,
     lower_while_loop,
 )
+from .optimizer_store import optimizer_step
 from .outputs import OutputPlan
 from .planning import InputPlan
 from .slot_store import SharedBounds, store_slot
@@ -118,14 +118,16 @@ class NodeWalk:
         self.written_in_place = {w.target for w in self.slot_writes.values()}
         self.done_write_backs = {w.write_back: n for n, w in self.slot_writes.items()}
         self.slot_bounds: SharedBounds = {}
-        # Adam updates (CPU parameters only: passes/adam_updates.py) run as
-        # one kernel at their last write-back: the nodes it replaces are not
-        # lowered, their inputs not loaded.
-        self.adam_updates = self.findings.adam_updates
-        self.adam_replaced = {
-            n for u in self.adam_updates.values() for n in (*u.replaced, *u.write_backs)
+        # Optimizer updates (CPU parameters only: passes/optimizer_updates.py)
+        # run as one kernel at their last write-back: the nodes it replaces
+        # are not lowered, their inputs not loaded.
+        self.optimizer_updates = self.findings.optimizer_updates
+        self.kernel_replaced = {
+            n
+            for u in self.optimizer_updates.values()
+            for n in (*u.replaced, *u.write_backs)
         }
-        for update in self.adam_updates.values():
+        for update in self.optimizer_updates.values():
             self.written_in_place.update(update.written)
         origin = inputs.origin_index
         self.origin = IndexOrigin(
@@ -227,18 +229,26 @@ class NodeWalk:
             except Exception as e:
                 raise LoweringError(node, e) from e
 
-    def _adam_step(self, node: torch.fx.Node) -> None:
-        update = self.adam_updates[node]
+    def _lifted(self, node: torch.fx.Node, key: int | str) -> Any:
+        """The graph input carrying ``node``'s number argument ``key``, if lifted."""
+        for lifted_key, index, _ in self.inputs.scalars_of.get(node, ()):
+            if lifted_key == key:
+                return self._input(index).tensor
+        return None
+
+    def _optimizer_step(self, node: torch.fx.Node) -> None:
+        update = self.optimizer_updates[node]
         buffers = tuple(
             self._input(self.inputs.input_of[n]).buffer for n in update.written
         )
         with lowering_node(node, self.inputs.device_ref, self.twins):
             try:
-                adam_step(
+                optimizer_step(
                     update,
-                    buffers,  # type: ignore[arg-type]
+                    buffers,
                     self.values[update.grad],
                     self.values,
+                    self._lifted,
                 )
             except Exception as e:
                 raise LoweringError(node, e) from e
@@ -322,10 +332,10 @@ class NodeWalk:
                         self.values[node] = self._input(plan.input_of[node]).tensor
                 elif node in self.slot_writes:
                     self.values[node] = self._store_slot(node)
-                elif node in self.adam_updates:
-                    self._adam_step(node)
-                elif node in self.adam_replaced:
-                    pass  # computed by its update's kernel (_adam_step)
+                elif node in self.optimizer_updates:
+                    self._optimizer_step(node)
+                elif node in self.kernel_replaced:
+                    pass  # computed by its update's kernel (_optimizer_step)
                 elif node in self.done_write_backs:
                     self.values[node] = self.values[self.done_write_backs[node]]
                 elif node.op == "call_function":

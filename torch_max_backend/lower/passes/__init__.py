@@ -19,18 +19,20 @@ from typing import Any
 
 import torch
 
-from .adam_updates import find_adam_updates
 from .eager_layouts import ALL_OUTPUTS, CallerOutputs, find_eager_layouts
 from .findings import (
-    AdamUpdate,
+    Coefficient,
     EagerLayout,
     FoldedConstants,
     GraphFindings,
     Mutations,
+    OptimizerUpdate,
+    ScalarRef,
     SlotWrite,
 )
 from .folding import find_constants
 from .mutations import find_mutations
+from .optimizer_updates import find_optimizer_updates
 from .repeated_kv import find_repeated_kv
 from .repeats import without_repeats
 from .slot_writes import find_slot_writes
@@ -38,13 +40,15 @@ from .slot_writes import find_slot_writes
 __all__ = [
     "ALL_OUTPUTS",
     "PASSES",
-    "AdamUpdate",
     "CallerOutputs",
+    "Coefficient",
     "EagerLayout",
     "FoldedConstants",
     "GraphFindings",
     "GraphPass",
     "Mutations",
+    "OptimizerUpdate",
+    "ScalarRef",
     "SlotWrite",
     "analyzed",
     "rewritten",
@@ -65,10 +69,10 @@ class GraphPass:
 
 # The declared order. An analysis may read what an earlier one found (slot
 # writes go to inputs that mutations chose to write in place; the inputs
-# Adam updates write are always among those).
+# optimizer kernels write are always among those).
 PASSES: tuple[GraphPass, ...] = (
     GraphPass("repeats", lambda gm, found: without_repeats(gm), rewrites=True),
-    GraphPass("adam_updates", find_adam_updates),
+    GraphPass("optimizer_updates", find_optimizer_updates),
     GraphPass("mutations", find_mutations),
     GraphPass("constants", find_constants),
     GraphPass("slot_writes", find_slot_writes),

@@ -1,4 +1,4 @@
-"""Finding Adam and AdamW parameter updates, each done by one in-place kernel.
+"""Adam and AdamW parameter updates, each done by one in-place kernel.
 
 Compiled, torch's single-tensor Adam and AdamW (torch/optim/adam.py, the
 form Dynamo traces on the CPU) update each parameter as::
@@ -15,56 +15,29 @@ then AOTAutograd copies the three new values into their inputs. Lowered op
 by op that is several kernels, each storing one result and reading its
 inputs again. Where the three inputs are read by nothing else, the walk
 runs our ``adam_step`` kernel instead (kernels/mojo/adam_step.mojo): each
-value read once and written once, in place (builder/adam_store.py).
+value read once and written once, in place (builder/optimizer_store.py).
 Anything else (amsgrad, maximize, Adam's coupled weight decay, complex or
 non-float32 parameters) does not match and is lowered as written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 
-from ..kit import is_static, tensor_meta
-from .findings import AdamUpdate, GraphFindings, frozen_map
-from .mutations import writes_input
+from .findings import OptimizerUpdate
+from .update_match import (
+    call,
+    is_input,
+    is_number,
+    kernel_may_run,
+    scalar_tensor,
+    write_back,
+)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-
-def _call(node: object, target: object, arity: int) -> bool:
-    """Whether ``node`` calls ``target`` with ``arity`` positional arguments
-    and no keyword ones."""
-    return (
-        isinstance(node, torch.fx.Node)
-        and node.op == "call_function"
-        and node.target is target
-        and len(node.args) == arity
-        and not node.kwargs
-    )
-
-
-def _input(node: object) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "placeholder"
-
-
-def _number(value: object) -> bool:
-    return type(value) in (int, float)
-
-
-def _scalar_tensor(node: object) -> bool:
-    meta = tensor_meta(node)
-    return meta is not None and meta.numel() == 1 and meta.dtype == torch.float32
-
-
-def _write_back(target: torch.fx.Node, value: torch.fx.Node) -> torch.fx.Node | None:
-    """AOTAutograd's ``copy_(target, value)``, if there is one."""
-    for user in target.users:
-        if writes_input(user, target) and user.args[1] is value and not user.users:
-            return user
-    return None
+KERNEL = "torch_max_backend_adam_step"
 
 
 def _second_moment(
@@ -72,18 +45,18 @@ def _second_moment(
 ) -> tuple[torch.fx.Node, float, float, list[torch.fx.Node]] | None:
     """``(exp_avg_sq, beta2, w2, its nodes)`` of ``grad * grad * w2 +
     exp_avg_sq * beta2`` as functionalized ``mul_(beta2).addcmul_`` reads."""
-    if not _call(node, aten.copy.default, 2):
+    if not call(node, aten.copy.default, 2):
         return None
     fma = node.args[1]
-    if not _call(fma, prims.fma.default, 3):
+    if not call(fma, prims.fma.default, 3):
         return None
     square, w2, scaled = fma.args
-    if not (_call(square, aten.mul.Tensor, 2) and square.args == (grad, grad)):
+    if not (call(square, aten.mul.Tensor, 2) and square.args == (grad, grad)):
         return None
-    if not (_call(scaled, aten.mul.Tensor, 2) and node.args[0] is scaled):
+    if not (call(scaled, aten.mul.Tensor, 2) and node.args[0] is scaled):
         return None
     exp_avg_sq, beta2 = scaled.args
-    if not (_input(exp_avg_sq) and _number(beta2) and _number(w2)):
+    if not (is_input(exp_avg_sq) and is_number(beta2) and is_number(w2)):
         return None
     return exp_avg_sq, float(beta2), float(w2), [node, fma, square, scaled]
 
@@ -93,7 +66,7 @@ def _weight(node: object) -> float | None:
     if not (isinstance(node, torch.fx.Node) and node.target is aten.full.default):
         return None
     value = node.args[1] if len(node.args) > 1 else None
-    return float(value) if _number(value) else None
+    return float(value) if is_number(value) else None
 
 
 def _picked_weight(picked: torch.fx.Node) -> float | None:
@@ -103,14 +76,14 @@ def _picked_weight(picked: torch.fx.Node) -> float | None:
     w = _weight(weight)
     if (
         w is None
-        or not _call(shifted, aten.sub.Tensor, 2)
+        or not call(shifted, aten.sub.Tensor, 2)
         or shifted.args != (weight, 1)
     ):
         return None
-    if not (_call(condition, aten.ge.Scalar, 2) and condition.args[1] == 0.5):
+    if not (call(condition, aten.ge.Scalar, 2) and condition.args[1] == 0.5):
         return None
     magnitude = condition.args[0]
-    if not (_call(magnitude, aten.abs.default, 1) and magnitude.args[0] is weight):
+    if not (call(magnitude, aten.abs.default, 1) and magnitude.args[0] is weight):
         return None
     return w
 
@@ -120,16 +93,16 @@ def _lerp(node: object) -> tuple[torch.fx.Node, torch.fx.Node, float, list] | No
     the op, or torch's decomposition of it (the weight's two forms picked by
     ``|weight| >= 0.5``, shared by every lerp of one weight, are left as
     they are)."""
-    if _call(node, aten.lerp.Scalar, 3):
+    if call(node, aten.lerp.Scalar, 3):
         start, end, weight = node.args
-        return (start, end, float(weight), [node]) if _number(weight) else None
-    if not _call(node, aten.add.Tensor, 2):
+        return (start, end, float(weight), [node]) if is_number(weight) else None
+    if not call(node, aten.add.Tensor, 2):
         return None
     scaled, base = node.args
-    if not (_call(scaled, aten.mul.Tensor, 2) and _call(base, aten.where.self, 3)):
+    if not (call(scaled, aten.mul.Tensor, 2) and call(base, aten.where.self, 3)):
         return None
     picked, diff = scaled.args
-    if not (_call(diff, aten.sub.Tensor, 2) and _call(picked, aten.where.self, 3)):
+    if not (call(diff, aten.sub.Tensor, 2) and call(picked, aten.where.self, 3)):
         return None
     end, start = diff.args
     if base.args[1:] != (end, start) or base.args[0] is not picked.args[0]:
@@ -143,33 +116,35 @@ def _lerp(node: object) -> tuple[torch.fx.Node, torch.fx.Node, float, list] | No
 def _addcdiv(node: object) -> tuple[object, object, object, list] | None:
     """``(base, numerator, denominator, its nodes)`` of ``base + numerator /
     denominator``: addcdiv with value 1, or torch's decomposition of it."""
-    if _call(node, aten.addcdiv.default, 3):
+    if call(node, aten.addcdiv.default, 3):
         return (*node.args, [node])
-    if not _call(node, aten.add.Tensor, 2):
+    if not call(node, aten.add.Tensor, 2):
         return None
     base, quotient = node.args
-    if not _call(quotient, aten.div.Tensor, 2):
+    if not call(quotient, aten.div.Tensor, 2):
         return None
     numerator, denominator = quotient.args
     nodes = [node, quotient]
-    if _call(numerator, aten.mul.Tensor, 2) and numerator.args[1] == 1:
+    if call(numerator, aten.mul.Tensor, 2) and numerator.args[1] == 1:
         nodes.append(numerator)
         numerator = numerator.args[0]
     return base, numerator, denominator, nodes
 
 
-def _match(new_param: torch.fx.Node) -> AdamUpdate | None:
+def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
+    """The Adam or AdamW update whose new parameter is ``new_param``, if it
+    may run as our kernel."""
     found = _addcdiv(new_param)
     if found is None:
         return None
     base, first, denominator, replaced = found
-    if _input(base):
+    if is_input(base):
         param, decay = base, 1.0
-    elif _call(base, aten.mul.Tensor, 2) and _input(base.args[0]):
+    elif call(base, aten.mul.Tensor, 2) and is_input(base.args[0]):
         param, decay = base.args[0], base.args[1]
-        if _number(decay):
+        if is_number(decay):
             decay = float(decay)
-        elif not _scalar_tensor(decay):
+        elif not scalar_tensor(decay):
             return None
         replaced.append(base)
     else:
@@ -178,15 +153,15 @@ def _match(new_param: torch.fx.Node) -> AdamUpdate | None:
     if lerp is None:
         return None
     exp_avg, grad, w1, lerp_nodes = lerp
-    if not (_input(exp_avg) and _input(grad)):
+    if not (is_input(exp_avg) and is_input(grad)):
         return None
-    if not _call(denominator, aten.add.Tensor, 2):
+    if not call(denominator, aten.add.Tensor, 2):
         return None
     quotient, b = denominator.args
-    if not (_call(quotient, aten.div.Tensor, 2) and _scalar_tensor(b)):
+    if not (call(quotient, aten.div.Tensor, 2) and scalar_tensor(b)):
         return None
     root, a = quotient.args
-    if not (_call(root, aten.sqrt.default, 1) and _scalar_tensor(a)):
+    if not (call(root, aten.sqrt.default, 1) and scalar_tensor(a)):
         return None
     second = _second_moment(root.args[0], grad)
     if second is None:
@@ -195,53 +170,18 @@ def _match(new_param: torch.fx.Node) -> AdamUpdate | None:
     new_second = second_nodes[0]
     replaced += [*lerp_nodes, denominator, quotient, root, *second_nodes]
     write_backs = [
-        _write_back(param, new_param),
-        _write_back(exp_avg, first),
-        _write_back(exp_avg_sq, new_second),
+        write_back(param, new_param),
+        write_back(exp_avg, first),
+        write_back(exp_avg_sq, new_second),
     ]
     if any(w is None for w in write_backs):
         return None
-    tensors = [tensor_meta(n) for n in (param, exp_avg, exp_avg_sq, grad)]
-    if any(
-        t is None
-        or t.dtype != torch.float32
-        or t.device.type != "cpu"
-        or not is_static(t.shape)
-        or t.shape != tensors[0].shape
-        for t in tensors
-    ):
-        return None
-    if len({param, exp_avg, exp_avg_sq, grad}) != 4:
-        return None
-    update = AdamUpdate(
-        param=param,
-        exp_avg=exp_avg,
-        exp_avg_sq=exp_avg_sq,
+    update = OptimizerUpdate(
+        kernel=KERNEL,
+        written=(param, exp_avg, exp_avg_sq),
         grad=grad,
         coefficients=(decay, w1, beta2, w2, a, b),
         write_backs=tuple(w for w in write_backs if w is not None),
         replaced=frozenset(replaced),
     )
-    return update if _read_by_it_alone(update) else None
-
-
-def _read_by_it_alone(update: AdamUpdate) -> bool:
-    """Whether the three updated inputs and every replaced node are read by
-    the update's own nodes alone: the kernel then changes nothing else reads."""
-    own = update.replaced | set(update.write_backs)
-    nodes = [update.param, update.exp_avg, update.exp_avg_sq, *update.replaced]
-    return all(set(n.users) <= own for n in nodes)
-
-
-def find_adam_updates(
-    gm: torch.fx.GraphModule, found: GraphFindings
-) -> Mapping[torch.fx.Node, AdamUpdate]:
-    """The pass: each update found, by the last of its write-backs in graph
-    order (where the walk runs its kernel: ``a`` and ``b`` are built by then)."""
-    order = {node: i for i, node in enumerate(gm.graph.nodes)}
-    updates = {}
-    for node in gm.graph.nodes:
-        update = _match(node) if node.op == "call_function" else None
-        if update is not None:
-            updates[max(update.write_backs, key=order.__getitem__)] = update
-    return frozen_map(updates)
+    return update if kernel_may_run(update) else None

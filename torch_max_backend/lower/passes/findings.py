@@ -71,25 +71,36 @@ class SlotWrite:
 
 
 @dataclass(frozen=True)
-class AdamUpdate:
-    """One parameter's Adam or AdamW update (passes/adam_updates.py): the
-    three inputs it writes in place, the gradient, the coefficients of its
-    kernel (kernels/mojo/adam_step.mojo's order: decay, w1, beta2, w2, a, b;
-    each a number, or a one-element tensor node such as a tensor learning
-    rate's decay or the step's bias corrections), AOTAutograd's three
-    write-backs and the nodes its kernel replaces."""
+class ScalarRef:
+    """The Python number at argument ``key`` (a position or a keyword) of
+    ``node``: read from the graph's lifted scalar input where the lowering
+    lifts it, so that one compiled graph serves every value (a learning rate
+    a scheduler changes), else written into the graph."""
 
-    param: torch.fx.Node
-    exp_avg: torch.fx.Node
-    exp_avg_sq: torch.fx.Node
+    node: torch.fx.Node
+    key: int | str
+
+
+# A coefficient of an optimizer kernel: a number, a one-element tensor node
+# (a tensor learning rate's decay, the step's bias corrections), or a number
+# argument of a node.
+Coefficient = float | torch.fx.Node | ScalarRef
+
+
+@dataclass(frozen=True)
+class OptimizerUpdate:
+    """One parameter's optimizer update run as one in-place kernel of ours
+    (passes/optimizer_updates.py): the kernel's name, the inputs it writes
+    in place in its order (the parameter first, then its state), the
+    gradient it reads, its coefficients (in the kernel's order), AOTAutograd's
+    write-backs and the nodes the kernel replaces."""
+
+    kernel: str
+    written: tuple[torch.fx.Node, ...]
     grad: torch.fx.Node
-    coefficients: tuple[float | torch.fx.Node, ...]
+    coefficients: tuple[Coefficient, ...]
     write_backs: tuple[torch.fx.Node, ...]
     replaced: frozenset[torch.fx.Node]
-
-    @property
-    def written(self) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node]:
-        return (self.param, self.exp_avg, self.exp_avg_sq)
 
 
 @dataclass(frozen=True)
@@ -108,8 +119,10 @@ class GraphFindings:
 
     # The outputs that keep eager's strides and aliasing: the build's input.
     caller_outputs: CallerOutputs | None = None
-    # The last write-back of each Adam/AdamW update -> the update.
-    adam_updates: Mapping[torch.fx.Node, AdamUpdate] = field(default_factory=frozen_map)
+    # The last write-back of each optimizer update run as a kernel -> the update.
+    optimizer_updates: Mapping[torch.fx.Node, OptimizerUpdate] = field(
+        default_factory=frozen_map
+    )
     mutations: Mutations = Mutations()
     constants: FoldedConstants = FoldedConstants()
     # index_put/index_copy node -> its one-slot write of a buffered input.
@@ -129,7 +142,7 @@ class GraphFindings:
             f"{len(self.constants.folded)} folded nodes "
             f"({len(self.constants.frontier)} fed), "
             f"{len(self.slot_writes)} slot writes, "
-            f"{len(self.adam_updates)} Adam updates, "
+            f"{len(self.optimizer_updates)} optimizer updates, "
             f"{len(self.repeated_kv)} attentions over repeated K/V, "
             f"{len(self.eager_layouts)} outputs in eager's layout"
         )

@@ -49,8 +49,8 @@ def _writes_one_slot(node: torch.fx.Node) -> bool:
 def _buffered(
     mutated: list[torch.fx.Node], in_kernels: set[torch.fx.Node]
 ) -> list[torch.fx.Node]:
-    """The mutated inputs that become MAX buffers: those our in-place Adam
-    kernel writes (outside the budget: the cliff is MAX's buffer stores,
+    """The mutated inputs that become MAX buffers: those our in-place
+    optimizer kernels write (outside the budget: the cliff is MAX's buffer stores,
     and 186 buffers updated by that kernel compiled in 31 s), then all the
     others up to MAX_BUFFERS; beyond it, KV caches first (a one-slot store
     saves copying the cache)."""
@@ -73,5 +73,5 @@ def find_mutations(gm: torch.fx.GraphModule, found: GraphFindings) -> Mutations:
         if node.op == "placeholder"
         and any(user in copies and user.args[0] is node for user in node.users)
     ]
-    in_kernels = {n for u in found.adam_updates.values() for n in u.written}
+    in_kernels = {n for u in found.optimizer_updates.values() for n in u.written}
     return Mutations(tuple(mutated), tuple(_buffered(mutated, in_kernels)), copies)

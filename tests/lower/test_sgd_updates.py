@@ -1,0 +1,82 @@
+"""SGD-with-momentum parameter updates each run as one in-place kernel
+(passes/sgd_updates.py, kernels/mojo/sgd_step.mojo): the parameter and its
+momentum buffer read and written once; the learning rate and momentum are
+the graph's lifted scalars, so a new rate reuses the compiled graph; what
+the pattern does not cover (maximize) is lowered op by op."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_max_backend import max_backend
+
+KERNEL = "torch_max_backend_sgd_step"
+SHAPES = [(40, 37), (5,), (3, 4, 6)]
+
+
+def _optimizer(
+    shapes: list[tuple[int, ...]], **options
+) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
+    """Parameters with gradients (the same for every call: seeded) and their
+    SGD, its momentum buffers created as the benchmarks create them."""
+    generator = torch.Generator().manual_seed(0)
+    params = []
+    for shape in shapes:
+        p = torch.nn.Parameter(torch.randn(shape, generator=generator))
+        p.grad = torch.randn(shape, generator=generator)
+        params.append(p)
+    optimizer = torch.optim.SGD(params, **options)
+    for p in params:
+        optimizer.state[p]["momentum_buffer"] = torch.randn(
+            p.shape, generator=generator
+        )
+    return params, optimizer
+
+
+def _steps_match_eager(shapes, rates=(0.1, 0.1, 0.1), **options) -> None:
+    """One compiled step and one eager step per learning rate; parameters
+    and momentum buffers then match."""
+    params, optimizer = _optimizer(shapes, lr=rates[0], **options)
+    expected, reference = _optimizer(shapes, lr=rates[0], **options)
+    step = torch.compile(optimizer.step, backend=max_backend)
+    for rate in rates:
+        for group in (*optimizer.param_groups, *reference.param_groups):
+            group["lr"] = rate
+        step()
+        reference.step()
+    for p, q in zip(params, expected, strict=True):
+        torch.testing.assert_close(p, q)
+        torch.testing.assert_close(
+            optimizer.state[p]["momentum_buffer"], reference.state[q]["momentum_buffer"]
+        )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"momentum": 0.9},
+        {"momentum": 0.8, "weight_decay": 0.05, "nesterov": True},
+        {"momentum": 0.7, "weight_decay": 0.01, "dampening": 0.25},
+    ],
+    ids=["momentum", "nesterov-decay", "dampening-decay"],
+)
+def test_each_update_is_one_kernel_and_matches_eager(options, graph_texts):
+    _steps_match_eager(SHAPES, **options)
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(SHAPES)
+    assert "mo.mutable.store" not in text  # nothing stored op by op
+
+
+def test_a_new_learning_rate_reuses_the_compiled_graph(graph_texts):
+    """Dynamo traces the step again for a new rate (a Python float); the
+    MAX graph is the same text, so its compiled artifact is reused."""
+    _steps_match_eager(SHAPES[:2], rates=(0.1, 0.1, 0.03), momentum=0.9)
+    first, second = graph_texts()
+    assert first == second
+    assert first.count(f'"{KERNEL}"') == 2
+
+
+def test_what_the_kernel_does_not_cover_is_lowered_as_written(graph_texts):
+    _steps_match_eager(SHAPES[:2], momentum=0.9, maximize=True)
+    assert all(KERNEL not in text for text in graph_texts())

@@ -1,0 +1,110 @@
+"""SGD-with-momentum parameter updates, each done by one in-place kernel.
+
+Compiled, torch's single-tensor SGD (torch/optim/sgd.py, the form Dynamo
+traces on the CPU) with momentum updates each parameter as::
+
+    d      = grad                          (weight decay: grad + wd * param)
+    buf'   = buf * momentum + d            (dampening: + (1 - dampening) * d)
+    step   = buf'                          (nesterov: d + momentum * buf')
+    param' = param + (-lr) * step
+
+then AOTAutograd copies the two new values into their inputs. Lowered op by
+op that is two stores, each reading its inputs again. Where the parameter
+and buffer are read by nothing else, the walk runs our ``sgd_step`` kernel
+instead (kernels/mojo/sgd_step.mojo): each value read once, the two written
+once, in place. Its coefficients are the update's number arguments as the
+graph's lifted scalars (``ScalarRef``), so a new learning rate reuses the
+compiled graph. Anything else (maximize, a tensor learning rate, SGD without
+momentum: one store already) does not match and is lowered as written.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .findings import Coefficient, OptimizerUpdate, ScalarRef
+from .update_match import call, is_input, is_number, kernel_may_run, write_back
+
+aten = torch.ops.aten
+ADD = aten.add.Tensor
+
+KERNEL = "torch_max_backend_sgd_step"
+
+
+def _scaled(node: torch.fx.Node, key: str) -> Coefficient | None:
+    """The number ``node`` scales its argument ``key`` by: its keyword
+    (a lifted scalar), 1 when absent, None when not a number."""
+    if key not in node.kwargs:
+        return 1.0
+    return ScalarRef(node, key) if is_number(node.kwargs[key]) else None
+
+
+def _direction(node: object) -> tuple[torch.fx.Node, Coefficient, list] | None:
+    """``(grad, weight_decay, its nodes)`` of the gradient the update
+    follows: the gradient input, or ``grad + wd * param``."""
+    if is_input(node):
+        return node, 0.0, []
+    if call(node, ADD, 2, "alpha") and is_input(node.args[0]):
+        decay = _scaled(node, "alpha")
+        return (node.args[0], decay, [node]) if decay is not None else None
+    return None
+
+
+def _buffer_update(
+    node: object,
+) -> tuple[torch.fx.Node, torch.fx.Node, list[Coefficient], list] | None:
+    """``(buf, d, [momentum, 1 - dampening], its nodes)`` of
+    ``buf * momentum + (1 - dampening) * d``."""
+    if not call(node, ADD, 2, "alpha"):
+        return None
+    scaled, direction = node.args
+    if not (call(scaled, aten.mul.Tensor, 2) and is_input(scaled.args[0])):
+        return None
+    if not is_number(scaled.args[1]):
+        return None
+    damped = _scaled(node, "alpha")
+    if damped is None or not isinstance(direction, torch.fx.Node):
+        return None
+    return scaled.args[0], direction, [ScalarRef(scaled, 1), damped], [node, scaled]
+
+
+def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:
+    """The SGD-with-momentum update whose new parameter is ``new_param``, if
+    it may run as our kernel."""
+    if not (call(new_param, ADD, 2, "alpha") and is_input(new_param.args[0])):
+        return None
+    param, step = new_param.args
+    rate = _scaled(new_param, "alpha")
+    found = _buffer_update(step)
+    # Plain momentum: the step is the new buffer; nesterov: d + momentum * buf'.
+    nesterov: list[Coefficient] = [0.0, 1.0]
+    nodes = [new_param]
+    if found is None and call(step, ADD, 2, "alpha"):
+        found = _buffer_update(step.args[1])
+        pull = _scaled(step, "alpha")
+        if found is None or found[1] is not step.args[0] or pull is None:
+            return None
+        nesterov = [1.0, pull]
+        nodes.append(step)
+    if found is None or rate is None:
+        return None
+    buf, d, momentum, buffer_nodes = found
+    new_buf = buffer_nodes[0]
+    direction = _direction(d)
+    if direction is None:
+        return None
+    grad, decay, direction_nodes = direction
+    if direction_nodes and direction_nodes[0].args[1] is not param:
+        return None  # the decay term must be this parameter's
+    write_backs = (write_back(param, new_param), write_back(buf, new_buf))
+    if write_backs[0] is None or write_backs[1] is None:
+        return None
+    update = OptimizerUpdate(
+        kernel=KERNEL,
+        written=(param, buf),
+        grad=grad,
+        coefficients=(decay, *momentum, *nesterov, rate),
+        write_backs=write_backs,
+        replaced=frozenset([*nodes, *buffer_nodes, *direction_nodes]),
+    )
+    return update if kernel_may_run(update) else None

@@ -1,0 +1,68 @@
+"""What the optimizer-update patterns share (passes/adam_updates.py,
+passes/sgd_updates.py): node tests, AOTAutograd's write-backs, and the
+conditions under which an update may run as one in-place kernel."""
+
+from __future__ import annotations
+
+import torch
+
+from ..kit import is_static, tensor_meta
+from .findings import OptimizerUpdate
+from .mutations import writes_input
+
+
+def call(node: object, target: object, arity: int, *keywords: str) -> bool:
+    """Whether ``node`` calls ``target`` with ``arity`` positional arguments
+    and no keyword arguments but (optionally) those named."""
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and node.target is target
+        and len(node.args) == arity
+        and set(node.kwargs) <= set(keywords)
+    )
+
+
+def is_input(node: object) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "placeholder"
+
+
+def is_number(value: object) -> bool:
+    return type(value) in (int, float)
+
+
+def scalar_tensor(node: object) -> bool:
+    """Whether ``node`` is a one-element float32 tensor."""
+    meta = tensor_meta(node)
+    return meta is not None and meta.numel() == 1 and meta.dtype == torch.float32
+
+
+def write_back(target: torch.fx.Node, value: torch.fx.Node) -> torch.fx.Node | None:
+    """AOTAutograd's ``copy_(target, value)``, if there is one."""
+    for user in target.users:
+        if writes_input(user, target) and user.args[1] is value and not user.users:
+            return user
+    return None
+
+
+def kernel_may_run(update: OptimizerUpdate) -> bool:
+    """Whether the kernel may replace the update's nodes: every tensor it
+    touches a distinct float32 CPU tensor of one static shape (the kernel's
+    flat loop), and the inputs it writes and the nodes it replaces read by
+    the update's own nodes alone (so it changes nothing anything else reads)."""
+    tensors = [*update.written, update.grad]
+    metas = [tensor_meta(n) for n in tensors]
+    first = metas[0]
+    if first is None or len(set(tensors)) != len(tensors):
+        return False
+    if any(
+        t is None
+        or t.dtype != torch.float32
+        or t.device.type != "cpu"
+        or not is_static(t.shape)
+        or t.shape != first.shape
+        for t in metas
+    ):
+        return False
+    own = update.replaced | set(update.write_backs)
+    return all(set(n.users) <= own for n in (*update.written, *update.replaced))
