@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from max.dtype import DType
-from max.graph import DeviceRef, TensorValue, ops
+from max.graph import DeviceRef, Graph, TensorValue, ops
 
 from .layout import ChannelsLastTwins
 
@@ -35,6 +35,8 @@ class LoweringContext:
     # Values PyTorch computed at planning (passes/folding.py), by FX node:
     # the graph reads them as constant inputs.
     folded: Mapping[torch.fx.Node, torch.Tensor] = field(default_factory=dict)
+    # Values derived from another once per graph (``derived_once``).
+    derived: dict[tuple, tuple] = field(default_factory=dict)
 
     def known_bounds(self, arg: object) -> tuple[int, int] | None:
         """The least and greatest element of an integer tensor argument whose
@@ -86,12 +88,38 @@ def lowering_node(
     device: DeviceRef,
     twins: ChannelsLastTwins,
     folded: Mapping[torch.fx.Node, torch.Tensor] | None = None,
+    derived: dict[tuple, tuple] | None = None,
 ) -> Iterator[None]:
-    token = _CURRENT.set(LoweringContext(node, device, twins, folded=folded or {}))
+    context = LoweringContext(
+        node,
+        device,
+        twins,
+        folded=folded or {},
+        derived={} if derived is None else derived,
+    )
+    token = _CURRENT.set(context)
     try:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def derived_once(
+    name: str, source: TensorValue, make: Callable[[], TensorValue]
+) -> TensorValue:
+    """``make()``, a value computed from ``source`` alone, built once per
+    graph (and per branch block) and reused by every node that asks for it:
+    MAX does not merge repeated subexpressions, so each copy would be
+    kernels of its own (a mask's rows check in every attention layer)."""
+    block = Graph.current._current_block
+    key = (name, id(source), id(block))
+    found = current().derived.get(key)
+    if found is not None and found[0] is source and found[1] is block:
+        return found[2]
+    value = make()
+    # source and block are kept alive with the value, so their ids stay theirs.
+    current().derived[key] = (source, block, value)
+    return value
 
 
 @contextlib.contextmanager

@@ -60,3 +60,23 @@ def test_a_left_padded_batch_through_a_llama_matches_eager(max_calls):
     assert want.isfinite().all()
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert max_calls.of("inference") >= 1
+
+
+def _layers_under_one_mask(q, k, v, mask) -> torch.Tensor:
+    first = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return F.scaled_dot_product_attention(first, k * 2, v, attn_mask=mask)
+
+
+def test_layers_under_one_mask_find_its_keyless_rows_once(graph_texts):
+    """The rows a mask leaves without a key are told by the mask alone: built
+    once per graph, not once per attention (MAX merges no repeats)."""
+    q, k, v, float_mask, _ = _inputs()
+    compiled = torch.compile(_layers_under_one_mask, backend=max_backend)
+    with torch.no_grad():
+        got = compiled(q, k, v, float_mask)
+        want = _layers_under_one_mask(q, k, v, float_mask)
+    assert not want.isnan().any()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    (text,) = graph_texts()
+    assert text.count("mo.reduce.softmax") == 2
+    assert text.count("rmo.mo.reduce.max") == 1

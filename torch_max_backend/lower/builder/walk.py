@@ -110,6 +110,8 @@ class NodeWalk:
         self.findings = inputs.findings
         self.values: dict[torch.fx.Node, Any] = {}
         self.twins = ChannelsLastTwins()
+        # Values lowerings derive once per graph (context.derived_once).
+        self.derived: dict[tuple, tuple] = {}
         self.graph = Graph(GRAPH_NAME, input_types=inputs.types)
         # The slot kernel (kernels/mojo/slot_write.mojo) runs on the CPU.
         cpu = inputs.device.type == "cpu"
@@ -197,7 +199,9 @@ class NodeWalk:
             raise UnsupportedOpsError(find_unsupported([self.gm]))
         args, kwargs = self._arguments(node)
         folded = self.findings.constants.frontier
-        with lowering_node(node, self.inputs.device_ref, self.twins, folded):
+        with lowering_node(
+            node, self.inputs.device_ref, self.twins, folded, self.derived
+        ):
             try:
                 if is_pointwise(target):
                     result = self.twins.run_channels_last(
@@ -217,7 +221,9 @@ class NodeWalk:
     def _store_slot(self, node: torch.fx.Node) -> Any:
         write = self.slot_writes[node]
         buffer = self._input(self.inputs.input_of[write.target]).buffer
-        with lowering_node(node, self.inputs.device_ref, self.twins):
+        with lowering_node(
+            node, self.inputs.device_ref, self.twins, derived=self.derived
+        ):
             try:
                 return store_slot(
                     buffer,
@@ -241,7 +247,9 @@ class NodeWalk:
         buffers = tuple(
             self._input(self.inputs.input_of[n]).buffer for n in update.written
         )
-        with lowering_node(node, self.inputs.device_ref, self.twins):
+        with lowering_node(
+            node, self.inputs.device_ref, self.twins, derived=self.derived
+        ):
             try:
                 optimizer_step(
                     update,

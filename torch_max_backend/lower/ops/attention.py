@@ -24,7 +24,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 
-from ..context import unread_output
+from ..context import derived_once, unread_output
 from ..kit import fake_tensor, outputs_read, schema_args, unrepeated
 from ..products import product, product_by_rows
 from ..registry import Strategy, lowering, lowering_strategies
@@ -219,13 +219,18 @@ def _rows_with_a_key(mask: TensorValue | None) -> TensorValue | None:
     or None where there is no mask."""
     if mask is None:
         return None
-    if mask.dtype == DType.bool:
-        kept = ops.cast(mask, DType.float32)
-    else:
-        kept = ops.cast(
-            ops.greater(mask, as_tensor(-math.inf, mask.dtype)), DType.float32
-        )
-    return ops.greater(reduce_max(kept, -1), as_tensor(0.0, DType.float32))
+
+    def rows() -> TensorValue:
+        if mask.dtype == DType.bool:
+            kept = ops.cast(mask, DType.float32)
+        else:
+            kept = ops.cast(
+                ops.greater(mask, as_tensor(-math.inf, mask.dtype)), DType.float32
+            )
+        return ops.greater(reduce_max(kept, -1), as_tensor(0.0, DType.float32))
+
+    # Every layer of a transformer attends under the same mask.
+    return derived_once("rows with a key", mask, rows)
 
 
 def _inference(
