@@ -94,12 +94,17 @@ class ConvNet(torch.nn.Module):
         return (h * h.detach().sign()).mean() + torch.sigmoid(s).pow(2).mean()
 
 
-def test_conv_and_norm_training_matches_eager(max_calls, aten_ops):
+def test_conv_and_norm_training_matches_eager(max_calls, aten_ops, graph_texts):
     torch.manual_seed(0)
     model = ConvNet()
     _train_step(model, torch.randn(2, 3, 8, 8), torch.randn(2, 4, 11))
     assert max_calls.of("forward") >= 1
     assert max_calls.of("backward") >= 1
+    # The ungrouped convolutions' gradients went through their windows'
+    # matrix (lower/conv_columns.py): the input's by col2im, the weight's
+    # from windows laid out with the batch inside each row.
+    (backward,) = [t for t in graph_texts() if "torch_max_backend_col2im" in t]
+    assert "batch_inner = true" in backward
     assert aten._native_batch_norm_legit.no_stats in aten_ops["forward"]
     for op in (
         aten.convolution_backward.default,

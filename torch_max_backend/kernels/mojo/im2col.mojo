@@ -18,6 +18,10 @@ struct Im2col:
     (c, i, j) order of a [O, C, kh, kw] filter flattened to [O, C * kh * kw];
     zero where a window reaches into the padding.
 
+    With `batch_inner` set the output is [C * kh * kw, N, out_h, out_w]
+    instead: the images side by side in each row, so that a weight
+    gradient's product contracts over the batch and the pixels at once.
+
     The input is N, C, H, W, or N, H, W, C when `channels_last` is set. The
     output size comes from the input's at run time (torch's formula), so one
     compiled graph serves inputs of any height and width. CPU only: the
@@ -29,6 +33,7 @@ struct Im2col:
         dtype: DType,
         //,
         channels_last: Bool,
+        batch_inner: Bool,
         kh: Int,
         kw: Int,
         sh: Int,
@@ -69,6 +74,9 @@ struct Im2col:
                                     v = x.load[1](IndexList[4](n, h, w, c))
                                 else:
                                     v = x.load[1](IndexList[4](n, c, h, w))
-                            output.store[1](IndexList[4](n, row, oh, ow), v)
+                            comptime if batch_inner:
+                                output.store[1](IndexList[4](row, n, oh, ow), v)
+                            else:
+                                output.store[1](IndexList[4](n, row, oh, ow), v)
 
         parallelize(rows_of, batch * channels)

@@ -13,11 +13,13 @@ import torch
 from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
+from .. import conv_columns
 from ..context import current
 from ..float32_products import matmul
 from ..kit import arg_tensor, is_static, node_arg
 from ..opmath import accumulated
 from ..registry import lowering
+from ..shapes import static_size
 from ..transposed_conv import over_unit_height, pair, transposed_conv2d
 
 aten = torch.ops.aten
@@ -126,6 +128,22 @@ def _conv_weight_grad(
     return ops.reshape(weight_grad, [out_channels, c_group, kh, kw])
 
 
+# The most output pixels of a stride-1 convolution whose input gradient is
+# built by col2im: past it MAX's conv2d was faster (ResNet-18's 64-channel
+# 28x28 layers, AMD EPYC Zen 4: 4.7 against 3.5 ms for both gradients), below
+# it slower (its 14x14, 7x7 and 4x4 layers: 1.3-1.5x), as in the forward
+# (convolution.py's matmul_pays).
+INPUT_GRAD_MAX_PIXELS = 16 * 16
+
+
+def _input_grad_by_columns(grad: TensorValue, stride: tuple[int, int]) -> bool:
+    """Whether an ungrouped convolution's input gradient is built by col2im:
+    strided, or a small output (MAX's conv2d over the spread-out gradient
+    does the zeros' work too, and small images with many channels slowly)."""
+    pixels = static_size(grad.shape[2]) or 0, static_size(grad.shape[3]) or 0
+    return stride != (1, 1) or pixels[0] * pixels[1] <= INPUT_GRAD_MAX_PIXELS
+
+
 @lowering(aten.convolution_backward.default, supports=_conv_backward_covered)
 def convolution_backward(
     grad_output: TensorValue,
@@ -155,18 +173,32 @@ def convolution_backward(
         pair(dilation, 1),
     )
     grad_input = grad_weight = grad_bias = None
+    # On the CPU an ungrouped convolution's gradients are products with its
+    # windows' matrix (conv_columns.py); MAX's conv2d and strided slices
+    # elsewhere, and for the input's gradient where MAX's conv2d is as fast.
+    by_columns = groups == 1 and current().device.is_cpu()
     if want_input:
         size = (int(input.shape[2]), int(input.shape[3]))
-        grad_input = transposed_conv2d(
-            grad_output, weight, size, stride2, padding2, dilation2, groups
-        )
+        if by_columns and _input_grad_by_columns(grad_output, stride2):
+            grad_input = conv_columns.input_grad(
+                grad_output, weight, size, stride2, padding2, dilation2
+            )
+        else:
+            grad_input = transposed_conv2d(
+                grad_output, weight, size, stride2, padding2, dilation2, groups
+            )
         if one_d:
             grad_input = ops.squeeze(grad_input, 2)
     if want_weight:
         kernel = (int(weight.shape[2]), int(weight.shape[3]))
-        grad_weight = _conv_weight_grad(
-            grad_output, input, kernel, stride2, padding2, dilation2, groups
-        )
+        if by_columns:
+            grad_weight = conv_columns.weight_grad(
+                grad_output, input, kernel, stride2, padding2, dilation2
+            )
+        else:
+            grad_weight = _conv_weight_grad(
+                grad_output, input, kernel, stride2, padding2, dilation2, groups
+            )
         if one_d:
             grad_weight = ops.squeeze(grad_weight, 2)
     if want_bias:

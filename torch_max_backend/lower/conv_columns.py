@@ -1,0 +1,133 @@
+"""Convolutions through their windows' matrix (im2col) on the CPU.
+
+A 2-d convolution is the filter, as a [O, C * kh * kw] matrix, times the
+input's windows; its gradients are products with the same matrix: the
+weight's is the output gradient times the windows, the input's is the
+windows' gradient (the filter's transpose times the output gradient) added
+back where each window was read (col2im). Both kernels are ours
+(kernels/mojo/im2col.mojo, col2im.mojo): one pass over the image each, where
+MAX's ops need a strided slice per kernel offset and a stack, and MAX's
+conv2d runs small images with many channels (ResNet's deep layers) at a
+third of eager's speed.
+"""
+
+from __future__ import annotations
+
+from max.graph import TensorType, TensorValue, ops
+
+from ..kernels.library import SHIPPED, custom
+from .context import current
+from .opmath import accumulated
+from .products import product, product_by_rows
+
+Pair = tuple[int, int]
+
+
+def _window_parameters(
+    kernel: Pair, stride: Pair, padding: Pair, dilation: Pair
+) -> dict[str, int]:
+    """The window kernels' compile-time parameters."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    return {
+        "kh": kh,
+        "kw": kw,
+        "sh": sh,
+        "sw": sw,
+        "ph": ph,
+        "pw": pw,
+        "dh": dh,
+        "dw": dw,
+    }
+
+
+def windows(
+    x: TensorValue,
+    out_size: list,
+    kernel: Pair,
+    stride: Pair,
+    padding: Pair,
+    dilation: Pair,
+    *,
+    channels_last: bool = False,
+    batch_inner: bool = False,
+) -> TensorValue:
+    """The windows of ``x`` (NCHW, or NHWC when ``channels_last``) as im2col
+    writes them: [N, C * kh * kw, out_h, out_w], or [C * kh * kw, N, out_h,
+    out_w] with ``batch_inner``."""
+    n = x.shape[0]
+    channels = x.shape[3] if channels_last else x.shape[1]
+    rows = channels * kernel[0] * kernel[1]
+    shape = [rows, n, *out_size] if batch_inner else [n, rows, *out_size]
+    device = current().device
+    (cols,) = custom(
+        SHIPPED,
+        "torch_max_backend_im2col",
+        [x],
+        [TensorType(x.dtype, shape, device)],
+        device,
+        parameters={
+            **_window_parameters(kernel, stride, padding, dilation),
+            "channels_last": channels_last,
+            "batch_inner": batch_inner,
+        },
+    )
+    return cols
+
+
+def weight_grad(
+    grad: TensorValue,
+    input: TensorValue,
+    kernel: Pair,
+    stride: Pair,
+    padding: Pair,
+    dilation: Pair,
+) -> TensorValue:
+    """An ungrouped convolution's weight gradient, [O, C, kh, kw]: the output
+    gradient [O, N * P] times the windows [C * kh * kw, N * P] transposed,
+    one product over the batch and the pixels at once."""
+    n, out_channels, out_h, out_w = grad.shape
+    channels = input.shape[1]
+    rows = channels * kernel[0] * kernel[1]
+    cols = windows(
+        input, [out_h, out_w], kernel, stride, padding, dilation, batch_inner=True
+    )
+    cols = ops.reshape(cols, [rows, n * out_h * out_w])
+    g = ops.permute(ops.reshape(grad, [n, out_channels, out_h * out_w]), [1, 0, 2])
+    g = ops.reshape(g, [out_channels, n * out_h * out_w])
+    weight_grad = accumulated(product_by_rows, g, cols)
+    return ops.reshape(weight_grad, [out_channels, channels, *kernel])
+
+
+def input_grad(
+    grad: TensorValue,
+    weight: TensorValue,
+    size: Pair,
+    stride: Pair,
+    padding: Pair,
+    dilation: Pair,
+) -> TensorValue:
+    """An ungrouped convolution's input gradient, [N, C, H, W] (``size``):
+    the filter's transpose [C * kh * kw, O] times the output gradient
+    [O, N * P] (one product over every image: a small image's pixels alone
+    are too few columns for a fast product), added back into the images by
+    col2im."""
+    n, out_channels, out_h, out_w = grad.shape
+    _, channels, kh, kw = weight.shape
+    rows = channels * kh * kw
+    filters = ops.transpose(ops.reshape(weight, [out_channels, rows]), 0, 1)
+    g = ops.permute(ops.reshape(grad, [n, out_channels, out_h * out_w]), [1, 0, 2])
+    g = ops.reshape(g, [out_channels, n * out_h * out_w])
+    cols = accumulated(product, filters, g)
+    cols = ops.reshape(cols, [rows, n, out_h, out_w])
+    device = current().device
+    parameters: dict[str, int | bool] = {"batch_inner": True}
+    parameters.update(_window_parameters((int(kh), int(kw)), stride, padding, dilation))
+    (image,) = custom(
+        SHIPPED,
+        "torch_max_backend_col2im",
+        [cols],
+        [TensorType(cols.dtype, [n, channels, *size], device)],
+        device,
+        parameters=parameters,
+    )
+    return image
