@@ -115,7 +115,11 @@ def test_training_outputs_have_eager_strides(max_calls):
     sum(t.sum() for t in got).backward()
     sum(t.sum() for t in expected).backward()
     torch.testing.assert_close(mine[0].grad, leaves[0].grad)
-    torch.testing.assert_close(mine[2].grad, leaves[2].grad)
+    # The weight's gradient sums terms up to its scale (~600) that cancel:
+    # eager's and ours differ in order, each within float32 rounding of that
+    # scale (against float64: eager 7.4e-5 off, ours 5.2e-5).
+    scale = leaves[2].grad.abs().max()
+    torch.testing.assert_close(mine[2].grad, leaves[2].grad, atol=2e-7 * scale, rtol=0)
     # Written in place, as a user may: the view of it sees the change.
     got[1].mul_(3)
     expected[1].mul_(3)
