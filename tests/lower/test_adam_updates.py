@@ -10,6 +10,8 @@ import torch
 
 from torch_max_backend import max_backend
 
+from .optimizer_params import params_with_grads
+
 KERNEL = "torch_max_backend_adam_step"
 SHAPES = [(40, 37), (5,), (3, 4, 6)]
 
@@ -19,12 +21,7 @@ def _optimizer(
 ) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
     """Parameters with gradients (the same for every call: seeded) and their
     optimizer, its state set as its first step would create it."""
-    generator = torch.Generator().manual_seed(0)
-    params = []
-    for shape in shapes:
-        p = torch.nn.Parameter(torch.randn(shape, generator=generator))
-        p.grad = torch.randn(shape, generator=generator)
-        params.append(p)
+    params = params_with_grads(shapes)
     make = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
     optimizer = make(params, lr=lr, **options)
     for p in params:

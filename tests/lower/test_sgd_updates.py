@@ -11,6 +11,8 @@ import torch
 
 from torch_max_backend import max_backend
 
+from .optimizer_params import params_with_grads
+
 KERNEL = "torch_max_backend_sgd_step"
 SHAPES = [(40, 37), (5,), (3, 4, 6)]
 
@@ -20,12 +22,8 @@ def _optimizer(
 ) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
     """Parameters with gradients (the same for every call: seeded) and their
     SGD, its momentum buffers created as the benchmarks create them."""
-    generator = torch.Generator().manual_seed(0)
-    params = []
-    for shape in shapes:
-        p = torch.nn.Parameter(torch.randn(shape, generator=generator))
-        p.grad = torch.randn(shape, generator=generator)
-        params.append(p)
+    params = params_with_grads(shapes)
+    generator = torch.Generator().manual_seed(1)
     optimizer = torch.optim.SGD(params, **options)
     for p in params:
         optimizer.state[p]["momentum_buffer"] = torch.randn(

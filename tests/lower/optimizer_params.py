@@ -1,0 +1,17 @@
+"""Parameters with gradients for the optimizer-update tests."""
+
+from __future__ import annotations
+
+import torch
+
+
+def params_with_grads(shapes: list[tuple[int, ...]]) -> list[torch.nn.Parameter]:
+    """One parameter per shape, each with a gradient; seeded, so every call
+    gives the same values (a compiled and an eager optimizer get equal twins)."""
+    generator = torch.Generator().manual_seed(0)
+    params = []
+    for shape in shapes:
+        p = torch.nn.Parameter(torch.randn(shape, generator=generator))
+        p.grad = torch.randn(shape, generator=generator)
+        params.append(p)
+    return params
