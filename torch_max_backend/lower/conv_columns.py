@@ -13,7 +13,6 @@ third of eager's speed.
 
 from __future__ import annotations
 
-from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
 from ..kernels.library import SHIPPED, custom
@@ -107,8 +106,7 @@ def input_grad(
     padding: Pair,
     dilation: Pair,
 ) -> TensorValue:
-    """An ungrouped convolution's input gradient, [N, C, H, W] (``size``;
-    float32 for half-precision operands):
+    """An ungrouped convolution's input gradient, [N, C, H, W] (``size``):
     the filter's transpose [C * kh * kw, O] times the output gradient
     [O, N * P] (one product over every image: a small image's pixels alone
     are too few columns for a fast product), added back into the images by
@@ -119,21 +117,22 @@ def input_grad(
     filters = ops.transpose(ops.reshape(weight, [out_channels, rows]), 0, 1)
     g = ops.permute(ops.reshape(grad, [n, out_channels, out_h * out_w]), [1, 0, 2])
     g = ops.reshape(g, [out_channels, n * out_h * out_w])
-    if g.dtype in (DType.float16, DType.bfloat16):
-        # The windows' gradient and col2im's sums in float32, rounded once
-        # by the caller (convolution_backward casts to torch's dtype).
-        filters, g = ops.cast(filters, DType.float32), ops.cast(g, DType.float32)
-    cols = product(filters, g)
-    cols = ops.reshape(cols, [rows, n, out_h, out_w])
     device = current().device
     parameters: dict[str, int | bool] = {"batch_inner": True}
     parameters.update(_window_parameters((int(kh), int(kw)), stride, padding, dilation))
-    (image,) = custom(
-        SHIPPED,
-        "torch_max_backend_col2im",
-        [cols],
-        [TensorType(cols.dtype, [n, channels, *size], device)],
-        device,
-        parameters=parameters,
-    )
-    return image
+
+    def summed_back(filters: TensorValue, g: TensorValue) -> TensorValue:
+        cols = ops.reshape(product(filters, g), [rows, n, out_h, out_w])
+        (image,) = custom(
+            SHIPPED,
+            "torch_max_backend_col2im",
+            [cols],
+            [TensorType(cols.dtype, [n, channels, *size], device)],
+            device,
+            parameters=parameters,
+        )
+        return image
+
+    # Half precision: the windows' gradient and col2im's sums in float32,
+    # rounded once.
+    return accumulated(summed_back, filters, g)

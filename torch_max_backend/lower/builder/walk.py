@@ -12,6 +12,7 @@ which node, the walk reads from the passes' findings (lower/passes/).
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -198,10 +199,7 @@ class NodeWalk:
         if fn is None:  # the capability check ran first; this guards direct use
             raise UnsupportedOpsError(find_unsupported([self.gm]))
         args, kwargs = self._arguments(node)
-        folded = self.findings.constants.frontier
-        with lowering_node(
-            node, self.inputs.device_ref, self.twins, folded, self.derived
-        ):
+        with self._building(node):
             try:
                 if is_pointwise(target):
                     result = self.twins.run_channels_last(
@@ -221,9 +219,7 @@ class NodeWalk:
     def _store_slot(self, node: torch.fx.Node) -> Any:
         write = self.slot_writes[node]
         buffer = self._input(self.inputs.input_of[write.target]).buffer
-        with lowering_node(
-            node, self.inputs.device_ref, self.twins, derived=self.derived
-        ):
+        with self._building(node):
             try:
                 return store_slot(
                     buffer,
@@ -234,6 +230,16 @@ class NodeWalk:
                 )
             except Exception as e:
                 raise LoweringError(node, e) from e
+
+    def _building(self, node: torch.fx.Node) -> contextlib.AbstractContextManager:
+        """The lowering context of ``node`` in this graph (context.py)."""
+        return lowering_node(
+            node,
+            self.inputs.device_ref,
+            self.twins,
+            self.findings.constants.frontier,
+            self.derived,
+        )
 
     def _lifted(self, node: torch.fx.Node, key: int | str) -> Any:
         """The graph input carrying ``node``'s number argument ``key``, if lifted."""
@@ -247,9 +253,7 @@ class NodeWalk:
         buffers = tuple(
             self._input(self.inputs.input_of[n]).buffer for n in update.written
         )
-        with lowering_node(
-            node, self.inputs.device_ref, self.twins, derived=self.derived
-        ):
+        with self._building(node):
             try:
                 optimizer_step(
                     update,
