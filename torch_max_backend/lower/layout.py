@@ -36,7 +36,7 @@ def to_first(rank: int) -> list[int]:
     return [0, rank - 1, *range(1, rank - 1)]
 
 
-def _permute(x: TensorValue, perm: list[int]) -> TensorValue:
+def permute_dims(x: TensorValue, perm: list[int]) -> TensorValue:
     """``x`` permuted; a reshape when only dims of size 1 move (a [1, C, 1, 1]
     broadcast operand, a 1x1 feature map), since then no element does."""
     moved = [d for d in perm if static_size(x.shape[d]) != 1]
@@ -51,21 +51,49 @@ class ChannelsLastTwins:
     def __init__(self) -> None:
         # id(value) -> (value, twin); the value is held so that its id stays its own.
         self._twins: dict[int, tuple[TensorValue, TensorValue]] = {}
+        # id(value) -> (value, source, perm): value = permute(source, perm)
+        # for a source laid out otherwise (a convolution's product is C, N, H, W).
+        self._sources: dict[int, tuple[TensorValue, TensorValue, list[int]]] = {}
+        # id(value) -> (value, its channels-last permute), for values with no twin.
+        self._permuted_last: dict[int, tuple[TensorValue, TensorValue]] = {}
 
     def twin(self, x: Any) -> TensorValue | None:
         entry = self._twins.get(id(x)) if isinstance(x, TensorValue) else None
         return entry[1] if entry is not None else None
 
     def channels_last(self, x: TensorValue) -> TensorValue:
-        """``x`` (N, C, *spatial) as N, *spatial, C: its twin, or a permute."""
+        """``x`` (N, C, *spatial) as N, *spatial, C: its twin, or a permute
+        (built once: a gradient read by both of a convolution's backward
+        products was permuted twice, MAX merging no repeats)."""
         twin = self.twin(x)
-        return twin if twin is not None else _permute(x, to_last(x.rank))
+        if twin is not None:
+            return twin
+        entry = self._permuted_last.get(id(x))
+        if entry is None:
+            entry = self._permuted_last[id(x)] = (x, permute_dims(x, to_last(x.rank)))
+        return entry[1]
 
     def channels_first(self, y: TensorValue) -> TensorValue:
         """The N, C, *spatial value of ``y`` (N, *spatial, C), with ``y`` as its twin."""
-        x = _permute(y, to_first(y.rank))
+        x = permute_dims(y, to_first(y.rank))
         self._twins[id(x)] = (x, y)
         return x
+
+    def permuted(self, source: TensorValue, perm: list[int]) -> TensorValue:
+        """``source`` permuted by ``perm``, remembered as that value's source."""
+        x = permute_dims(source, perm)
+        self._sources[id(x)] = (x, source, perm)
+        return x
+
+    def source(self, x: Any) -> tuple[TensorValue, list[int]] | None:
+        """The value ``x`` is a permute of, and the permutation: its twin, or a
+        source given to ``permuted``; None for a value built as it is laid out.
+        A reduction reads the source: rows in their memory order."""
+        twin = self.twin(x)
+        if twin is not None:
+            return twin, to_first(twin.rank)
+        entry = self._sources.get(id(x)) if isinstance(x, TensorValue) else None
+        return (entry[1], entry[2]) if entry is not None else None
 
     def run_channels_last(
         self,

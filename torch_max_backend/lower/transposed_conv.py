@@ -13,6 +13,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
+from .context import current
 from .opmath import accumulated
 from .shapes import index_along
 
@@ -72,7 +73,8 @@ def transposed_conv2d(
     """
     n, out_channels, out_h, out_w = grad.shape
     o, c_per_group, kh, kw = (int(d) for d in weight.shape)
-    x = ops.permute(grad, [0, 2, 3, 1])  # NHWC
+    twins = current().twins  # channels-last values kept between ops
+    x = twins.channels_last(grad)  # NHWC
     sh, sw = stride
     if sh > 1 or sw > 1:
         # Each grad element is followed by stride - 1 zeros along its axis.
@@ -108,4 +110,4 @@ def transposed_conv2d(
             filter_layout=FilterLayout.RSCF,
         )
 
-    return ops.permute(accumulated(conv, x, w), [0, 3, 1, 2])
+    return twins.channels_first(accumulated(conv, x, w))

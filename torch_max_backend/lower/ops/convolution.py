@@ -135,7 +135,11 @@ def _conv2d_as_matmul(
         pixels = ops.reshape(cols, [rows, n * out_h * out_w])
         filtered = accumulated(product, matrix, pixels)
         out = ops.reshape(filtered, [out_channels, n, out_h, out_w])
-        return _add_bias(ops.permute(out, [1, 0, 2, 3]), bias)
+        if bias is not None:
+            out = ops.add(out, ops.reshape(bias, [-1, 1, 1, 1]))
+        # C, N, H, W as the product lays it out: a batch norm's statistics
+        # over N, H, W then read each channel's row once (ops/reduction.py).
+        return ctx.twins.permuted(out, [1, 0, 2, 3])
     cols = windows(image, [out_h, out_w], *window, channels_last=twin is not None)
     # With symbolic sizes, MAX cannot prove that splitting the matmul's
     # out_h * out_w axis back into (out_h, out_w) is sound (it expands the

@@ -21,6 +21,7 @@ from ..opmath import accumulated
 from ..registry import lowering
 from ..shapes import static_size
 from ..transposed_conv import over_unit_height, pair, transposed_conv2d
+from .reduction import reduce_axes
 
 aten = torch.ops.aten
 
@@ -52,10 +53,8 @@ def _like_meta(values: Sequence[TensorValue | None]) -> tuple[TensorValue | None
 def _sum_to(
     x: TensorValue, axes: Sequence[int], shape: Sequence[int | Dim]
 ) -> TensorValue:
-    """``x`` summed over ``axes`` (kept as size 1 by MAX), then reshaped."""
-    for axis in axes:
-        x = ops.sum(x, axis)
-    return ops.reshape(x, list(shape))
+    """``x`` summed over ``axes`` (inner runs merged: ops/reduction.py), then reshaped."""
+    return ops.reshape(reduce_axes(x, axes, True, ops.sum), list(shape))
 
 
 # -- convolution ---------------------------------------------------------------
