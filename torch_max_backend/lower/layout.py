@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from max.graph import TensorValue, ops
+from max.graph import Graph, TensorValue, ops
 
 from .shapes import static_size
 
@@ -54,8 +54,9 @@ class ChannelsLastTwins:
         # id(value) -> (value, source, perm): value = permute(source, perm)
         # for a source laid out otherwise (a convolution's product is C, N, H, W).
         self._sources: dict[int, tuple[TensorValue, TensorValue, list[int]]] = {}
-        # id(value) -> (value, its channels-last permute), for values with no twin.
-        self._permuted_last: dict[int, tuple[TensorValue, TensorValue]] = {}
+        # (id(value), id(block)) -> (value, block, its channels-last permute)
+        # for values with no twin; value and block held so their ids stay theirs.
+        self._permuted_last: dict[tuple[int, int], tuple[Any, Any, TensorValue]] = {}
 
     def twin(self, x: Any) -> TensorValue | None:
         entry = self._twins.get(id(x)) if isinstance(x, TensorValue) else None
@@ -68,10 +69,13 @@ class ChannelsLastTwins:
         twin = self.twin(x)
         if twin is not None:
             return twin
-        entry = self._permuted_last.get(id(x))
+        # Per block: a permute built in a branch's block is not seen outside it.
+        block = Graph.current._current_block
+        entry = self._permuted_last.get((id(x), id(block)))
         if entry is None:
-            entry = self._permuted_last[id(x)] = (x, permute_dims(x, to_last(x.rank)))
-        return entry[1]
+            y = permute_dims(x, to_last(x.rank))
+            entry = self._permuted_last[(id(x), id(block))] = (x, block, y)
+        return entry[2]
 
     def channels_first(self, y: TensorValue) -> TensorValue:
         """The N, C, *spatial value of ``y`` (N, *spatial, C), with ``y`` as its twin."""
