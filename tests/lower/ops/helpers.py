@@ -30,3 +30,34 @@ def check_against_eager(
             equal_nan=True,
             msg=lambda m, i=i: f"output {i}: {m}",
         )
+
+
+def check_training_step(model: torch.nn.Module, *inputs: torch.Tensor) -> None:
+    """One step of ``model`` (fullgraph), eager and compiled on copies of
+    everything: the loss, the inputs' and parameters' gradients and the
+    buffers the step updated must match."""
+    torch.manual_seed(0)
+    compiled_model = type(model)()
+    compiled_model.load_state_dict(model.state_dict())
+    eager_inputs = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    max_inputs = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    expected = model(*eager_inputs)
+    expected.backward()
+    got = torch.compile(compiled_model, backend=max_backend, fullgraph=True)(
+        *max_inputs
+    )
+    got.backward()
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    for t_max, t_eager in zip(max_inputs, eager_inputs, strict=True):
+        if t_eager.is_floating_point():
+            torch.testing.assert_close(t_max.grad, t_eager.grad, rtol=1e-4, atol=1e-5)
+    for (name, p_max), p_eager in zip(
+        compiled_model.named_parameters(), model.parameters(), strict=True
+    ):
+        torch.testing.assert_close(
+            p_max.grad, p_eager.grad, rtol=1e-4, atol=1e-5, msg=name
+        )
+    for (name, b_max), b_eager in zip(
+        compiled_model.named_buffers(), model.buffers(), strict=True
+    ):
+        torch.testing.assert_close(b_max, b_eager, msg=name)

@@ -17,7 +17,7 @@ import re
 import torch
 import torch.nn.functional as F
 
-from torch_max_backend import max_backend
+from .helpers import check_training_step
 
 
 class ConvBlocks(torch.nn.Module):
@@ -44,30 +44,8 @@ def _reductions(text: str, kind: str) -> list[tuple[str, str]]:
 
 def test_batch_norm_statistics_read_channels_last_rows(max_calls, graph_texts):
     torch.manual_seed(0)
-    model = ConvBlocks()
-    compiled_model = ConvBlocks()
-    compiled_model.load_state_dict(model.state_dict())
     # 20x20 pixels: MAX's conv kernel (NHWC); 10x10: im2col's product (CNHW).
-    x = torch.randn(2, 3, 20, 20)
-    expected = model(x)
-    expected.backward()
-    got = torch.compile(
-        compiled_model, backend=max_backend, fullgraph=True, options={"strict": True}
-    )(x)
-    got.backward()
-
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    for (name, p_max), p_eager in zip(
-        compiled_model.named_parameters(), model.parameters(), strict=True
-    ):
-        torch.testing.assert_close(
-            p_max.grad, p_eager.grad, rtol=1e-4, atol=1e-5, msg=name
-        )
-    # The running statistics the step updated in place.
-    for (name, b_max), b_eager in zip(
-        compiled_model.named_buffers(), model.buffers(), strict=True
-    ):
-        torch.testing.assert_close(b_max, b_eager, msg=name)
+    check_training_step(ConvBlocks(), torch.randn(2, 3, 20, 20))
 
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
     forward, backward = graph_texts()

@@ -17,6 +17,7 @@ import torch_max_backend.backend as backend_module
 from torch_max_backend import UnsupportedOpsError, max_backend
 
 from .family_check import check_family
+from .helpers import check_training_step
 
 aten = torch.ops.aten
 
@@ -36,35 +37,6 @@ def aten_ops(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[object]]:
 
     monkeypatch.setattr(backend_module, "compile_aten_graph", recording)
     return seen
-
-
-def _train_step(model, *inputs):
-    """Loss and grads of one step, eager and compiled, on copies of everything."""
-    torch.manual_seed(0)
-    compiled_model = type(model)()
-    compiled_model.load_state_dict(model.state_dict())
-    eager_inputs = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
-    max_inputs = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
-    expected = model(*eager_inputs)
-    expected.backward()
-    got = torch.compile(compiled_model, backend=max_backend, fullgraph=True)(
-        *max_inputs
-    )
-    got.backward()
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    for t_max, t_eager in zip(max_inputs, eager_inputs, strict=True):
-        if t_eager.is_floating_point():
-            torch.testing.assert_close(t_max.grad, t_eager.grad, rtol=1e-4, atol=1e-5)
-    for (name, p_max), p_eager in zip(
-        compiled_model.named_parameters(), model.parameters(), strict=True
-    ):
-        torch.testing.assert_close(
-            p_max.grad, p_eager.grad, rtol=1e-4, atol=1e-5, msg=name
-        )
-    for (name, b_max), b_eager in zip(
-        compiled_model.named_buffers(), model.buffers(), strict=True
-    ):
-        torch.testing.assert_close(b_max, b_eager, msg=name)
 
 
 class ConvNet(torch.nn.Module):
@@ -97,7 +69,7 @@ class ConvNet(torch.nn.Module):
 def test_conv_and_norm_training_matches_eager(max_calls, aten_ops, graph_texts):
     torch.manual_seed(0)
     model = ConvNet()
-    _train_step(model, torch.randn(2, 3, 8, 8), torch.randn(2, 4, 11))
+    check_training_step(model, torch.randn(2, 3, 8, 8), torch.randn(2, 4, 11))
     assert max_calls.of("forward") >= 1
     assert max_calls.of("backward") >= 1
     # The ungrouped convolutions' gradients went through their windows'
@@ -128,7 +100,7 @@ class WeightNormConv(torch.nn.Module):
 
 def test_weight_norm_training_matches_eager(max_calls, aten_ops):
     torch.manual_seed(0)
-    _train_step(WeightNormConv(), torch.randn(2, 8, 16))
+    check_training_step(WeightNormConv(), torch.randn(2, 8, 16))
     assert max_calls.of("forward") >= 1
     assert max_calls.of("backward") >= 1
     assert aten.linalg_vector_norm.default in aten_ops["forward"]
@@ -171,7 +143,7 @@ def test_embedding_training_matches_eager(max_calls, aten_ops):
     flat = torch.tensor([3, 2, 5, 3, 2, 8, 1, 3])
     offsets = torch.tensor([0, 2, 2, 5])
     last = torch.tensor([0, 2, 2, 5, 8])  # include_last_offset
-    _train_step(model, ids, flat, offsets, last, torch.rand(8))
+    check_training_step(model, ids, flat, offsets, last, torch.rand(8))
     assert max_calls.of("forward") >= 1
     assert max_calls.of("backward") >= 1
     assert aten._embedding_bag.default in aten_ops["forward"]

@@ -7,9 +7,10 @@ from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 
+from ..reduced_axes import Reducer, reduce_axes
 from ..registry import lowering
 from ..scalars import as_tensor
-from .reduction import Reducer, reduce_axes, torch_max, torch_min
+from .reduction import torch_max, torch_min
 
 aten = torch.ops.aten
 

@@ -18,10 +18,10 @@ from ..context import current
 from ..float32_products import matmul
 from ..kit import arg_tensor, is_static, node_arg
 from ..opmath import accumulated
+from ..reduced_axes import reduce_axes
 from ..registry import lowering
 from ..shapes import static_size
 from ..transposed_conv import over_unit_height, pair, transposed_conv2d
-from .reduction import reduce_axes
 
 aten = torch.ops.aten
 

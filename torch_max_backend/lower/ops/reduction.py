@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 
 import torch
 from max.dtype import DType
@@ -13,15 +12,12 @@ from max.graph.ops.reduction import max as reduce_max
 from max.graph.ops.reduction import min as reduce_min
 
 from ...dtypes import accumulation_dtype
-from ..context import current
-from ..layout import ChannelsLastTwins, permute_dims
+from ..reduced_axes import in_layout, reduce_axes, reduce_runs, squeezed
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype
-from ..shapes import normalize_dim, normalize_dims, numel, size_value, static_size
+from ..shapes import normalize_dim, normalize_dims, numel, size_value
 
 aten = torch.ops.aten
-
-Reducer = Callable[[TensorValue, int], TensorValue]
 
 
 def _wide(self: Operand) -> TensorValue:
@@ -34,91 +30,6 @@ def _wide(self: Operand) -> TensorValue:
 def _narrow(x: TensorValue) -> TensorValue:
     """An accumulated result back in the node's output dtype."""
     return as_tensor(x, out_max_dtype())
-
-
-def reduce_axes(
-    x: TensorValue, dims: Sequence[int] | int | None, keepdim: bool, fn: Reducer
-) -> TensorValue:
-    """``fn`` over each of ``dims`` (MAX reduces one axis, keeping it).
-
-    A value with a channels-last twin (a conv net's activation) is reduced
-    in the twin: batch norm's statistics over N, H, W then read [N*H*W, C]
-    rows once instead of a permute's NCHW copy.
-    """
-    if x.rank == 0:
-        return fn(ops.reshape(x, [1]), 0).reshape([])
-    axes = normalize_dims(dims, x.rank)
-    y, y_axes, back = _in_layout(x, axes)
-    return _squeezed(back(_reduce_runs(y, y_axes, fn)), axes, keepdim)
-
-
-def _squeezed(x: TensorValue, axes: list[int], keepdim: bool) -> TensorValue:
-    """A kept reduction over ``axes`` without them unless ``keepdim``."""
-    if not keepdim:
-        for axis in reversed(axes):
-            x = ops.squeeze(x, axis)
-    return x
-
-
-def _in_layout(
-    x: TensorValue, axes: list[int]
-) -> tuple[TensorValue, list[int], Callable[[TensorValue], TensorValue]]:
-    """The value to reduce ``x``'s ``axes`` in, those axes there, and the map
-    of a kept result back to ``x``'s layout: the value ``x`` permutes where
-    there is one (a channels-last twin, a convolution's C, N, H, W product),
-    else ``x`` itself."""
-    twins = _twins()
-    found = None if twins is None else twins.source(x)
-    if twins is None or found is None or len(axes) == x.rank:
-        return x, axes, lambda kept: kept
-    source, perm = found
-    if source.rank != x.rank:
-        return x, axes, lambda kept: kept
-    if twins.twin(x) is source:
-        back = twins.channels_first
-    else:
-        back = partial(permute_dims, perm=perm)
-    return source, sorted(perm[a] for a in axes), back
-
-
-def _twins() -> ChannelsLastTwins | None:
-    """The graph's channels-last twins, or None outside the graph builder."""
-    try:
-        return current().twins
-    except RuntimeError:
-        return None
-
-
-def _reduce_runs(x: TensorValue, axes: list[int], fn: Reducer) -> TensorValue:
-    """``fn`` over ``axes`` (sorted), each dim kept with size 1.
-
-    Adjacent axes of static sizes are reduced as one merged axis, the
-    innermost run first: NCHW's (0, 2, 3) is one pass over rows of H*W then
-    one over N, where a reduction per axis wrote two large partial results
-    (a batch norm's statistics: 3 passes of 6, all over non-inner axes).
-    Any associative reduction (sum, mean of equal groups, max, min, prod)
-    gives the same value merged.
-    """
-    runs: list[list[int]] = []
-    for axis in axes:
-        if runs and runs[-1][-1] == axis - 1 and _static_run([*runs[-1], axis], x):
-            runs[-1].append(axis)
-        else:
-            runs.append([axis])
-    for run in reversed(runs):
-        if len(run) == 1:
-            x = fn(x, run[0])
-            continue
-        shape = list(x.shape)
-        first, last = run[0], run[-1]
-        merged = math.prod(int(shape[a]) for a in run)
-        x = fn(ops.reshape(x, [*shape[:first], merged, *shape[last + 1 :]]), first)
-        x = ops.reshape(x, [*shape[:first], *([1] * len(run)), *shape[last + 1 :]])
-    return x
-
-
-def _static_run(run: list[int], x: TensorValue) -> bool:
-    return all(static_size(x.shape[a]) is not None for a in run)
 
 
 def _extreme(x: TensorValue, axis: int, largest: bool) -> TensorValue:
@@ -267,9 +178,9 @@ def _variance(
     axes = normalize_dims(dim, x.rank)
     if x.rank == 0:
         return _variance(ops.reshape(x, [1]), None, correction, False)
-    y, y_axes, back = _in_layout(x, axes)
-    mean = _reduce_runs(y, y_axes, ops.mean)
-    return _squeezed(back(_kept_variance(y, y_axes, correction, mean)), axes, keepdim)
+    y, y_axes, back = in_layout(x, axes)
+    mean = reduce_runs(y, y_axes, ops.mean)
+    return squeezed(back(_kept_variance(y, y_axes, correction, mean)), axes, keepdim)
 
 
 def _kept_variance(
@@ -277,7 +188,7 @@ def _kept_variance(
 ) -> TensorValue:
     """The variance over ``axes`` of ``x`` about ``mean``, each axis kept."""
     centered = ops.sub(x, mean)
-    total = _reduce_runs(ops.mul(centered, centered), axes, ops.sum)
+    total = reduce_runs(ops.mul(centered, centered), axes, ops.sum)
     count = size_value(numel(x, axes))
     if correction is None:
         correction = 1
@@ -333,13 +244,13 @@ def var_mean(
     if x.rank == 0:
         return _narrow(_variance(x, None, correction, False)), _narrow(x)
     axes = normalize_dims(dim, x.rank)
-    y, y_axes, back = _in_layout(x, axes)
+    y, y_axes, back = in_layout(x, axes)
     # One mean for both: MAX merges no repeated reductions.
-    mean = _reduce_runs(y, y_axes, ops.mean)
+    mean = reduce_runs(y, y_axes, ops.mean)
     variance = _kept_variance(y, y_axes, correction, mean)
     return (
-        _narrow(_squeezed(back(variance), axes, keepdim)),
-        _narrow(_squeezed(back(mean), axes, keepdim)),
+        _narrow(squeezed(back(variance), axes, keepdim)),
+        _narrow(squeezed(back(mean), axes, keepdim)),
     )
 
 
