@@ -138,7 +138,7 @@ def _conv2d_as_matmul(
         if bias is not None:
             out = ops.add(out, ops.reshape(bias, [-1, 1, 1, 1]))
         # C, N, H, W as the product lays it out: a batch norm's statistics
-        # over N, H, W then read each channel's row once (ops/reduction.py).
+        # over N, H, W then read each channel's row once (lower/reduced_axes.py).
         return ctx.twins.permuted(out, [1, 0, 2, 3])
     cols = windows(image, [out_h, out_w], *window, channels_last=twin is not None)
     # With symbolic sizes, MAX cannot prove that splitting the matmul's
