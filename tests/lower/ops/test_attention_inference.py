@@ -50,9 +50,10 @@ def _value_repeated_key_cast(q, k, v, mask):
         (_output_only, "cpu", "softmax"),
         (_both_outputs, "cpu", "log_sum_exp"),
         (_causal, "cpu", "softmax"),
-        # MAX's flash kernel gave a left-padded llama's rows NaN.
-        (_grouped, "cpu", "log_sum_exp"),
-        (_value_repeated_key_cast, "cpu", "log_sum_exp"),
+        # MAX's flash kernel gave a left-padded llama's rows NaN: grouped
+        # heads take exps over their sums, without the log-sum-exp.
+        (_grouped, "cpu", "exp_over_sum"),
+        (_value_repeated_key_cast, "cpu", "exp_over_sum"),
         # What MAX compiles the pattern into was checked on the CPU only.
         (_output_only, "meta", "log_sum_exp"),
     ],
@@ -79,9 +80,17 @@ def _attentions(q, k, v, kv_k, kv_v, bool_mask, float_mask, inf_q):
         F.scaled_dot_product_attention(q, k, v, attn_mask=float_mask, scale=0.3),
         F.scaled_dot_product_attention(inf_q, k, v, is_causal=True),
         # One query against a long cache, 12 query heads over 4 key/value
-        # heads (the log-sum-exp form).
+        # heads (exps over their sums).
         F.scaled_dot_product_attention(
             q[:, :, -1:].repeat(1, 6, 1, 1), kv_k, kv_v, enable_gqa=True
+        ),
+        # Grouped heads under a left-padding mask, one row without a key.
+        F.scaled_dot_product_attention(
+            q.repeat(1, 2, 1, 1),
+            kv_k[:, :2, :5],
+            kv_v[:, :2, :5],
+            attn_mask=bool_mask,
+            enable_gqa=True,
         ),
     )
 
@@ -117,9 +126,11 @@ def test_inference_attention_matches_eager_in_one_softmax_kernel_each(
         torch.testing.assert_close(
             g, e, rtol=1e-4, atol=1e-5, equal_nan=True, msg=lambda m, i=i: f"{i}: {m}"
         )
+    assert want[4][0, :, 2].eq(0).all()
     assert max_calls.of("inference") == 1
     (text,) = graph_texts()
-    assert text.count("softmax") == 3
+    # Three of MAX's softmax; the grouped two without a log-sum-exp's log.
+    assert text.count("softmax") == 3 and "mo.log" not in text
 
 
 def test_values_repeated_per_query_head_with_keys_cast_match_eager(max_calls):

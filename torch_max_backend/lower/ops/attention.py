@@ -191,6 +191,16 @@ def _backward(
     )
 
 
+def _lse_unread_grouped(node: torch.fx.Node) -> str | None:
+    """Nothing reads the log-sum-exp output (inference); on the CPU."""
+    if fake_tensor(schema_args(node)["query"]).device.type != "cpu":
+        # Measured on the CPU only; a GPU graph keeps the log-sum-exp form.
+        return "not on the CPU"
+    if outputs_read(node) - {0}:
+        return "the log-sum-exp is read (a training graph saves it)"
+    return None
+
+
 def _lse_unread(node: torch.fx.Node) -> str | None:
     """Nothing reads the log-sum-exp output (inference); as many key/value heads as query heads; on the CPU."""
     values = schema_args(node)
@@ -259,6 +269,32 @@ def _inference(
     return ops.cast(out, q.dtype), unread_output()
 
 
+def _inference_grouped(
+    q: TensorValue,
+    k: TensorValue,
+    v: TensorValue,
+    mask: TensorValue | None,
+    is_causal: bool,
+    scale: float | None,
+) -> tuple[TensorValue, TensorValue]:
+    # Grouped heads keep off MAX's softmax (its flash kernel, above), but
+    # need no log-sum-exp either: exps over their row sums take 10 small ops
+    # where the log-sum-exp and the probabilities from it took 17 (each a
+    # few microseconds a call; a tiny llama's execute, docs/benchmarks.md).
+    # A row whose keys are all hidden sums to 0 and gives 0 / 0: those rows
+    # are told by the mask, as in _inference, and give zeros as torch's.
+    s, _ = _scores(q, k, mask, is_causal, scale)
+    peak = reduce_max(s, -1)
+    zero = as_tensor(0.0, DType.float32)
+    exps = torch_exp(ops.sub(s, ops.where(ops.is_inf(peak), zero, peak)))
+    p = ops.div(exps, ops.sum(exps, -1))
+    out = _grouped_matmul(p, ops.cast(v, DType.float32), q)
+    keys = _rows_with_a_key(mask)
+    if keys is not None:
+        out = ops.where(keys, out, zero)
+    return ops.cast(out, q.dtype), unread_output()
+
+
 def _attention_by(
     forward: Callable[..., tuple[TensorValue, TensorValue]],
 ) -> Callable[..., tuple[TensorValue, TensorValue]]:
@@ -285,6 +321,9 @@ flash_attention_for_cpu = lowering_strategies(
     supports=_no_dropout_whole_groups,
     candidates=[
         Strategy("softmax", _attention_by(_inference), _lse_unread),
+        Strategy(
+            "exp_over_sum", _attention_by(_inference_grouped), _lse_unread_grouped
+        ),
         Strategy("log_sum_exp", _attention_by(_forward)),
     ],
 )
