@@ -191,10 +191,11 @@ def _backward(
     )
 
 
-def _lse_unread_grouped(node: torch.fx.Node) -> str | None:
+def _lse_unread_on_cpu(node: torch.fx.Node) -> str | None:
     """Nothing reads the log-sum-exp output (inference); on the CPU."""
     if fake_tensor(schema_args(node)["query"]).device.type != "cpu":
-        # Measured on the CPU only; a GPU graph keeps the log-sum-exp form.
+        # What MAX compiles the inference forms into, and what they cost,
+        # was checked on the CPU only: a GPU graph keeps the log-sum-exp.
         return "not on the CPU"
     if outputs_read(node) - {0}:
         return "the log-sum-exp is read (a training graph saves it)"
@@ -203,11 +204,11 @@ def _lse_unread_grouped(node: torch.fx.Node) -> str | None:
 
 def _lse_unread(node: torch.fx.Node) -> str | None:
     """Nothing reads the log-sum-exp output (inference); as many key/value heads as query heads; on the CPU."""
+    reason = _lse_unread_on_cpu(node)
+    if reason is not None:
+        return reason
     values = schema_args(node)
     q, k = fake_tensor(values["query"]), fake_tensor(values["key"])
-    if q.device.type != "cpu":
-        # What MAX compiles this pattern into was checked on the CPU only.
-        return "not on the CPU"
     repeated = [unrepeated(values[name]) for name in ("key", "value")]
     if q.shape[1] != k.shape[1] or any(r is not None for r in repeated):
         # MAX's flash attention kernel, fed the grouped layout and a mask,
@@ -216,8 +217,6 @@ def _lse_unread(node: torch.fx.Node) -> str | None:
         # each on its own: under autocast a llama's keys are cast after the
         # repeat (so they arrive repeated) and its values are not.
         return "grouped-query attention (MAX's flash kernel mishandles it)"
-    if outputs_read(node) - {0}:
-        return "the log-sum-exp is read (a training graph saves it)"
     return None
 
 
@@ -278,9 +277,10 @@ def _inference_grouped(
     scale: float | None,
 ) -> tuple[TensorValue, TensorValue]:
     # Grouped heads keep off MAX's softmax (its flash kernel, above), but
-    # need no log-sum-exp either: exps over their row sums take 10 small ops
-    # where the log-sum-exp and the probabilities from it took 17 (each a
-    # few microseconds a call; a tiny llama's execute, docs/benchmarks.md).
+    # need no log-sum-exp either: exps over their row sums leave out the log,
+    # the second exp and its NaN check and the adds and reshapes around them
+    # (one division more): eight MAX ops a layer fewer in a tiny llama's
+    # graph, each a few microseconds a call (docs/benchmarks.md).
     # A row whose keys are all hidden sums to 0 and gives 0 / 0: those rows
     # are told by the mask, as in _inference, and give zeros as torch's.
     s, _ = _scores(q, k, mask, is_causal, scale)
@@ -321,9 +321,7 @@ flash_attention_for_cpu = lowering_strategies(
     supports=_no_dropout_whole_groups,
     candidates=[
         Strategy("softmax", _attention_by(_inference), _lse_unread),
-        Strategy(
-            "exp_over_sum", _attention_by(_inference_grouped), _lse_unread_grouped
-        ),
+        Strategy("exp_over_sum", _attention_by(_inference_grouped), _lse_unread_on_cpu),
         Strategy("log_sum_exp", _attention_by(_forward)),
     ],
 )
