@@ -15,10 +15,12 @@ frame are what lies outside it), each ``CompiledGraph`` call (AOTAutograd's
 wrapper lies between), and each MAX execute inside those (the rest is our
 call path: argument buffers, output tensors, check flags, write-backs).
 The instrumented calls and the plain ones alternate in rounds; the figures
-are medians. ``--backend peer`` times torch-mojo-backend's compiled call
-whole (it pins another MAX, so it runs from a virtual environment of its
-own without this package). Nothing here imports torch_max_backend unless
-``--backend max``.
+are medians over calls, each layer's taken per call (means let a few slow
+calls in: T5's on an Intel Xeon read 1.6 ms a call where the median was
+1.2). ``--backend peer`` times torch-mojo-backend's compiled call whole and
+its MAX execute (it pins another MAX, so it runs from a virtual environment
+of its own without this package). Nothing here imports torch_max_backend
+unless ``--backend max``.
 """
 
 from __future__ import annotations
@@ -149,8 +151,28 @@ def _instrumented_max(clock: _Clock) -> tuple[Callable[..., Any], list[Any]]:
     return backend, graphs
 
 
-def _peer_backend() -> Any:
-    """torch-mojo-backend's backend, imported as its README shows."""
+class _TimedModel:
+    """A MAX model whose ``execute`` ``clock`` times; the rest passes through."""
+
+    def __init__(self, model: Any, clock: _Clock) -> None:
+        self._model = model
+        self.execute = clock.timed("execute", model.execute)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def _peer_backend(clock: _Clock) -> Any:
+    """torch-mojo-backend's backend, imported as its README shows, with
+    each MAX model it loads timed by ``clock``."""
+    import max.engine
+
+    load = max.engine.InferenceSession.load
+
+    def timed_load(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _TimedModel(load(self, *args, **kwargs), clock)
+
+    max.engine.InferenceSession.load = timed_load  # type: ignore[method-assign]
     from torch_mojo_backend import mojo_backend  # type: ignore[import-not-found]
 
     return mojo_backend
@@ -172,8 +194,8 @@ def split(
     name: str, backend: str = "max", calls: int = 200, warm: int = 20, rounds: int = 10
 ) -> dict[str, Any]:
     """Milliseconds per call of ``name`` compiled with ``backend``: the
-    median call, eager's, and (ours) the median share of each layer and
-    the op count of each MAX graph.
+    median call, eager's, the median MAX execute and (ours) the median of
+    each layer and the op count of each MAX graph.
 
     Eager runs last, apart: PyTorch's OpenMP threads spin after a call and
     would slow the compiled calls timed next (they share two cores)."""
@@ -186,7 +208,7 @@ def split(
         compiler, graphs = _instrumented_max(clock)
         _count_graph_ops(op_counts)
     else:
-        compiler = _peer_backend()
+        compiler = _peer_backend(clock)
     compiled = torch.compile(model, backend=compiler)
     figures: dict[str, Any] = {"model": name, "backend": backend}
     with torch.no_grad():
@@ -207,18 +229,19 @@ def split(
         per_round = max(calls // rounds, 1)
         for _ in range(rounds):
             plain += _per_call(lambda: compiled(**inputs), per_round, inputs)
-            for key in clock.seconds:
-                clock.seconds[key] = 0.0
             clock.on = True
-            whole = sum(_per_call(lambda: compiled(**inputs), per_round, inputs))
+            for _ in range(per_round):
+                for key in clock.seconds:
+                    clock.seconds[key] = 0.0
+                layers["whole"] += _per_call(lambda: compiled(**inputs), 1, inputs)
+                for key, seconds in clock.seconds.items():
+                    layers[key].append(seconds)
             clock.on = False
-            layers["whole"].append(whole / per_round)
-            for key, seconds in clock.seconds.items():
-                layers[key].append(seconds / per_round)
         _per_call(lambda: model(**inputs), warm, inputs)
         eager = _per_call(lambda: model(**inputs), calls, inputs)
     figures["call_ms"] = statistics.median(plain) * 1e3
     figures["eager_ms"] = statistics.median(eager) * 1e3
+    figures["execute_ms"] = statistics.median(layers["execute"]) * 1e3
     if backend == "max":
         figures["graphs"] = len(graphs)
         figures["max_ops"] = op_counts
@@ -260,6 +283,8 @@ def describe(figures: dict[str, Any]) -> list[str]:
         f"{figures['model']} ({figures['backend']}): call {figures['call_ms']:.3f} ms,"
         f" eager {figures['eager_ms']:.3f} ms, first call {figures['first_call_s']:.1f} s"
     ]
+    if "ms" not in figures and "execute_ms" in figures:  # the peer's
+        lines.append(f"  MAX execute {figures['execute_ms']:.3f} ms")
     ms = figures.get("ms")
     if ms:
         parts = {

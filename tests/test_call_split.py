@@ -67,3 +67,26 @@ def test_rewind_sets_each_cache_layer_back_to_the_prompt():
     call_split.rewind({"past_key_values": SimpleNamespace(layers=layers)})
     assert [int(layer.cumulative_length) for layer in layers] == [call_split.PROMPT] * 2
     call_split.rewind({"input_ids": torch.zeros(1)})  # no cache: nothing to do
+
+
+def test_the_peer_s_execute_is_described_without_a_split():
+    figures = {
+        "model": "t5",
+        "backend": "peer",
+        "call_ms": 1.2,
+        "eager_ms": 3.0,
+        "first_call_s": 2.0,
+        "execute_ms": 0.9,
+    }
+    lines = call_split.describe(figures)
+    assert lines[1].strip() == "MAX execute 0.900 ms" and len(lines) == 2
+
+
+def test_a_loaded_model_s_execute_is_timed_and_the_rest_passes_through():
+    clock = call_split._Clock()
+    model = SimpleNamespace(execute=lambda *args: args, input_metadata=["x"])
+    timed = call_split._TimedModel(model, clock)
+    assert timed.execute(1, 2) == (1, 2) and clock.seconds["execute"] == 0.0
+    clock.on = True
+    assert timed.execute(3) == (3,) and clock.seconds["execute"] > 0.0
+    assert timed.input_metadata == ["x"]
