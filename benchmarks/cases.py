@@ -149,6 +149,9 @@ def _training_case(
     if case == "resnet18-train":
         model, (x,) = zoo.resnet18(batch=2, size=112)
         return model, x, torch.randint(0, 1000, (x.shape[0],)), adamw_stepper
+    if case == "mobilenetv2-train":  # time_to_max's only: its compile is long
+        model, (x,) = zoo.mobilenet_v2()
+        return model, x, torch.randint(0, 10, (x.shape[0],)), adamw_stepper
     model, (x,) = zoo.build("mlp")
     return model, x, torch.randint(0, 10, (x.shape[0],)), sgd_momentum_stepper
 

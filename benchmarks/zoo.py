@@ -44,6 +44,29 @@ class _LogitsOnly(nn.Module):
         return self.model(input_ids, use_cache=False).logits
 
 
+class _ImageLogits(nn.Module):
+    """A transformers image classifier returning its logits tensor alone."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=pixel_values).logits
+
+
+def mobilenet_v2(batch: int = 2, size: int = 64) -> Case:
+    """A small MobileNetV2 (depth multiplier 0.35, 10 classes): depthwise
+    convolutions, ReLU6 and batch norm, the training step issue 59 times."""
+    import transformers
+
+    config = transformers.MobileNetV2Config(
+        depth_multiplier=0.35, image_size=size, num_labels=10
+    )
+    model = _ImageLogits(transformers.MobileNetV2ForImageClassification(config))
+    return model, (torch.randn(batch, 3, size, size),)
+
+
 def gpt2(layers: int = 12, batch: int = 1, seq: int = 128) -> Case:
     import transformers
 
@@ -112,6 +135,7 @@ ZOO: dict[str, Callable[[], Case]] = {
     "gpt2": gpt2,
     "bert": bert,
     "gemma": gemma,
+    "mobilenetv2": mobilenet_v2,
 }
 
 

@@ -164,3 +164,25 @@ def test_time_to_max_counts_the_steps_before_one_wholly_on_max():
     assert until_on_max(lambda: None, lambda: 0)["steps_before"] == 0
     with pytest.raises(SystemExit):
         main(["--models", "mlp"])  # an inference case has no step
+
+
+def test_the_mobilenet_step_is_issue_59_s_case_and_runs_when_named(monkeypatch):
+    from benchmarks import cases, time_to_max
+
+    model, x, y, stepper = cases._training_case("mobilenetv2-train")
+    config = model.model.config
+    assert (config.depth_multiplier, config.num_labels) == (0.35, 10)
+    assert tuple(x.shape) == (2, 3, 64, 64) and tuple(y.shape) == (2,)
+    loss = stepper(model.train(), x, y)()  # one eager AdamW step
+    assert loss.dim() == 0 and bool(loss.isfinite())
+    assert "mobilenetv2-train" not in time_to_max.CASES  # not by default
+    measured: list[tuple[str, bool]] = []
+
+    def fake(case: str, background: bool) -> dict:
+        measured.append((case, background))
+        row = {"first_step_s": 1.0, "on_max_s": 1.0, "steps_before": 0}
+        return {"case": case, "background": background, **row, "median_ms_after": 1.0}
+
+    monkeypatch.setattr(time_to_max, "_measure", fake)
+    time_to_max.main(["--models", "mobilenetv2-train", "--background", "off"])
+    assert measured == [("mobilenetv2-train", False)]

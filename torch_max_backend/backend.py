@@ -156,8 +156,8 @@ def _compile(
     builds: GraphBuilds,
 ) -> Callable[[list], list]:
     """``gm`` on MAX: whole, split around ops that run in PyTorch (its blocks
-    compiled together as one module), or (when MAX cannot take it and not
-    ``strict``) in PyTorch."""
+    compiled together, runtime/module_batch.py), or (when MAX cannot take it
+    and not ``strict``) in PyTorch."""
     with gathered():
         finish = _start_compile(gm, settings, name, fingerprint, builds)
     return finish()
@@ -260,8 +260,9 @@ def max_backend(
         keep_inference_input_mutations=True,
     )
     # The backward's compile starts with the forward's, instead of at the
-    # first backward: both compile as one MAX module, in the background
-    # while the step runs in PyTorch, or else before the first call returns.
+    # first backward: both compile together (runtime/module_batch.py), in the
+    # background while the step runs in PyTorch, or else before the first
+    # call returns.
     together = compiled_together() if settings.background_compile else gathered()
     with (
         torch._functorch.config.patch(force_non_lazy_backward_lowering=True),

@@ -1,5 +1,7 @@
-"""Graphs asked for together compile as one MAX module; graphs that cannot be
-merged, or a module MAX refuses, compile one by one instead."""
+"""Graphs asked for together compile as one MAX module (with several compile
+workers, those holding a MAX matmul; the others each by itself while workers
+are spare); graphs that cannot be merged, or a module MAX refuses, compile
+one by one instead."""
 
 from __future__ import annotations
 
@@ -39,6 +41,12 @@ def _start(graph: Graph) -> Future:
 
 
 @pytest.fixture
+def one_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gathered graphs grouped as for one compile worker: all in one module."""
+    monkeypatch.setattr(module_batch, "worker_count", lambda: 1)
+
+
+@pytest.fixture
 def module_compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The size of every module handed to MAX's compiler."""
     sizes: list[int] = []
@@ -52,7 +60,9 @@ def module_compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
-def test_graphs_started_together_compile_as_one_module(module_compiles, tmp_path):
+def test_graphs_started_together_compile_as_one_module(
+    module_compiles, one_worker, tmp_path
+):
     scale, shift = _graph(True), _graph(False)
     with module_batch.gathered():
         futures = [_start(scale), _start(shift)]
@@ -101,7 +111,7 @@ def _fake_compiles(monkeypatch: pytest.MonkeyPatch, module_fails: bool) -> list:
     return calls
 
 
-def test_a_module_max_refuses_compiles_each_graph_alone(monkeypatch):
+def test_a_module_max_refuses_compiles_each_graph_alone(monkeypatch, one_worker):
     calls = _fake_compiles(monkeypatch, module_fails=True)
     graphs = [_graph(True), _graph(False)]
     with module_batch.gathered():
@@ -114,7 +124,7 @@ def test_a_module_max_refuses_compiles_each_graph_alone(monkeypatch):
     ]
 
 
-def test_graphs_that_do_not_merge_compile_alone(monkeypatch):
+def test_graphs_that_do_not_merge_compile_alone(monkeypatch, one_worker):
     calls = _fake_compiles(monkeypatch, module_fails=False)
     graphs = [_graph(True), _graph(False)]
     with module_batch.gathered():
@@ -141,7 +151,7 @@ def test_one_graph_and_no_gathering_compile_alone(monkeypatch):
 
 
 def test_the_blocks_of_a_split_graph_compile_as_one_module(
-    module_compiles, monkeypatch, max_calls
+    module_compiles, one_worker, monkeypatch, max_calls
 ):
     # Past the artifacts saved by an earlier run, so that the blocks reach
     # the compiler (whose own cache answers at once when warm).
@@ -161,11 +171,15 @@ def test_the_blocks_of_a_split_graph_compile_as_one_module(
     assert max_calls.count == 2
 
 
-def test_a_training_step_s_forward_and_backward_compile_as_one_module(
-    module_compiles, monkeypatch, max_calls, without_warm_starts
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_training_step_s_forward_and_backward_compile_together(
+    workers, module_compiles, monkeypatch, max_calls, without_warm_starts
 ):
     # Default mode: the backward is handed over with the forward and both
-    # compile as one module before the first call returns.
+    # compile before the first call returns: as one module for one worker;
+    # for two each by itself, side by side (their products are summed: no
+    # MAX matmul to share).
+    monkeypatch.setattr(module_batch, "worker_count", lambda: workers)
     monkeypatch.setattr(session_module, "read_artifact", lambda *a, **k: None)
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -174,8 +188,47 @@ def test_a_training_step_s_forward_and_backward_compile_as_one_module(
     reference = copy.deepcopy(model)
     x = torch.randn(4, 6)
     torch.compile(model, backend=max_backend)(x).square().sum().backward()
-    assert module_compiles == [2]
+    assert module_compiles == ([2] if workers == 1 else [])
     reference(x).square().sum().backward()
     for got, want in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad)
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+
+
+def _request(text: str) -> module_batch._Request:
+    # Only the text decides the grouping; the graph is a stand-in.
+    return module_batch._Request(session_for(CPU), _graph(True), text, CPU, text)
+
+
+_MATMUL = "%2 = rmo.matmul(%0, %1)"
+_SUMMED = "%2 = rmo.mul(%0, %1)"
+
+
+@pytest.mark.parametrize(
+    ("workers", "texts", "expected"),
+    [
+        (1, ["m1", "s1"], [["m1", "s1"]]),
+        (2, ["s1", "s2"], [["s1"], ["s2"]]),
+        (2, ["m1", "m2"], [["m1", "m2"]]),
+        (2, ["m1", "s1"], [["m1"], ["s1"]]),
+        (2, ["m1", "s1", "s2"], [["m1"], ["s1", "s2"]]),
+        (2, ["s1", "s2", "s3"], [["s1", "s2", "s3"]]),
+        (3, ["s1", "s2", "s3"], [["s1"], ["s2"], ["s3"]]),
+        (2, ["s1"], [["s1"]]),
+    ],
+)
+def test_graphs_with_a_max_matmul_share_a_module_the_others_spread(
+    monkeypatch, workers, texts, expected
+):
+    monkeypatch.setattr(module_batch, "worker_count", lambda: workers)
+    body = {"m": _MATMUL, "s": _SUMMED}
+    requests = [_request(f"{body[t[0]]} // {t}") for t in texts]
+    groups = module_batch.compile_groups(requests, CPU)
+    assert [[r.text.split("// ")[1] for r in g] for g in groups] == expected
+
+
+def test_graphs_for_a_gpu_compile_as_one_module(monkeypatch):
+    # GPU graphs compile in this process, one at a time: one module always.
+    monkeypatch.setattr(module_batch, "worker_count", lambda: 2)
+    requests = [_request(_SUMMED), _request(_SUMMED + " ")]
+    assert module_batch.compile_groups(requests, torch.device("cuda")) == [requests]

@@ -164,7 +164,7 @@ FIRST_CALL_WAIT = 10.0
 def compiled_together() -> Iterator[None]:
     """The graphs handed to ``compile_in_background`` inside this block (a
     training step's forward and backward) start compiling together at its
-    end, as one MAX module (runtime/module_batch.py)."""
+    end (runtime/module_batch.py)."""
     if getattr(_batch, "pending", None) is not None:
         yield
         return

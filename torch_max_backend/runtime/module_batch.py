@@ -15,6 +15,19 @@ the module, so that the artifact saved for any one of them (the whole
 module) still finds it by name. When the graphs cannot be merged, or the
 module fails to compile, each graph is compiled by itself, so that one
 graph MAX refuses takes no other down with it.
+
+One module is not always faster. What a module shares is mostly MAX's
+matmul kernel (about 50 CPU s the first time a compile holds one); graphs
+without it (products summed, our kernels) share less than two compile
+workers gain by compiling them side by side. From empty caches on an Intel
+Xeon (2 cores), a training step's first call with forward and backward each
+alone in two workers against one module: the model check's ResNet 117.3,
+108.9, 96.2 s against 126.2, 121.9, 110.0 (alternating); a small
+MobileNetV2 677 s against 838; but the suite's MLP step, whose graphs hold
+MAX matmuls, 218.6 s against 203.5 (docs/benchmarks.md).
+So with several CPU workers, the graphs holding a MAX matmul compile as one
+module and the others each by itself while there are workers to spare for
+them (``compile_groups``).
 """
 
 from __future__ import annotations
@@ -37,12 +50,19 @@ from max.graph import Graph, Module
 
 from .. import logs
 from ..errors import first_line
-from .compile_workers import copy_outcome, start_compile, start_module_compile
+from .compile_workers import (
+    copy_outcome,
+    start_compile,
+    start_module_compile,
+    worker_count,
+)
 
 logger = logs.get_logger("compile")
 
 _local = threading.local()
 _GRAPH_OP = re.compile(r"^\s*mo\.graph @[^(\s]+\(")
+# MAX's own matmul op in a graph's text (ops.matmul builds it for every rank).
+_MAX_MATMUL = re.compile(r"\brmo\.matmul\(")
 
 
 def member_name(key: str) -> str:
@@ -148,20 +168,43 @@ def _submit(requests: list[_Request]) -> None:
     by_device: dict[str, list[_Request]] = {}
     for request in requests:
         by_device.setdefault(str(request.device), []).append(request)
-    for group in by_device.values():
-        module = _merged(group) if len(group) > 1 else None
-        if module is None:
-            _each_alone(group)
-            continue
-        libraries = sorted(
-            {str(p) for r in group for p in r.graph.kernel_libraries_paths}
-        )
-        first = group[0]
-        logger.debug("torch-max-backend: compiling %d graphs as one module", len(group))
-        compiling = start_module_compile(
-            first.session, module, [Path(p) for p in libraries], first.device
-        )
-        compiling.add_done_callback(lambda done, group=group: _settle(done, group))
+    for device_group in by_device.values():
+        for group in compile_groups(device_group, device_group[0].device):
+            _submit_together(group)
+
+
+def compile_groups(
+    requests: list[_Request], device: torch.device
+) -> list[list[_Request]]:
+    """How one device's gathered graphs are compiled: each list one compile
+    (see the module's docstring for the measurements behind the rule)."""
+    workers = worker_count() if device.type == "cpu" else 1
+    if workers < 2 or len(requests) < 2:
+        return [requests]
+    with_matmul = [r for r in requests if _MAX_MATMUL.search(r.text)]
+    others = [r for r in requests if not _MAX_MATMUL.search(r.text)]
+    groups = [with_matmul] if with_matmul else []
+    spare = workers - len(groups)
+    if len(others) <= spare:
+        groups.extend([r] for r in others)
+    elif others:
+        groups.append(others)
+    return groups
+
+
+def _submit_together(group: list[_Request]) -> None:
+    """Compile ``group`` as one module (a single graph by itself)."""
+    module = _merged(group) if len(group) > 1 else None
+    if module is None:
+        _each_alone(group)
+        return
+    libraries = sorted({str(p) for r in group for p in r.graph.kernel_libraries_paths})
+    first = group[0]
+    logger.debug("torch-max-backend: compiling %d graphs as one module", len(group))
+    compiling = start_module_compile(
+        first.session, module, [Path(p) for p in libraries], first.device
+    )
+    compiling.add_done_callback(lambda done: _settle(done, group))
 
 
 def _settle(done: Future, group: list[_Request]) -> None:
