@@ -18,7 +18,7 @@ Product upgrades (summed products moved to MAX's matmul later, at low
 priority) do not count: a graph running its summed products is on MAX.
 
 ``mobilenetv2-train`` (a small MobileNetV2, 2x3x64x64, AdamW; issue 59's
-case, whose first step waits about 11 minutes on 2 cores) runs only when
+case, whose first step waits 9-11 minutes on 2 cores) runs only when
 named.
 """
 

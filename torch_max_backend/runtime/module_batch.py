@@ -23,7 +23,7 @@ workers gain by compiling them side by side. From empty caches on an Intel
 Xeon (2 cores), a training step's first call with forward and backward each
 alone in two workers against one module: the model check's ResNet 117.3,
 108.9, 96.2 s against 126.2, 121.9, 110.0 (alternating); a small
-MobileNetV2 677 s against 838; but the suite's MLP step, whose graphs hold
+MobileNetV2 559 and 677 s against 627 and 838; but the suite's MLP step, whose graphs hold
 MAX matmuls, 218.6 s against 203.5 (docs/benchmarks.md).
 So with several CPU workers, the graphs holding a MAX matmul compile as one
 module and the others each by itself while there are workers to spare for
