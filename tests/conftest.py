@@ -117,6 +117,26 @@ def without_product_upgrades(
 
 
 @pytest.fixture(autouse=True)
+def updates_compile_before_their_call(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Graphs that only update their inputs (optimizer steps) compile before
+    their first call returns, as the others do, unless ``background_compile``
+    is True: tests see their lowerings run at that call. Tests of the default
+    (such graphs run in PyTorch until compiled) are marked
+    ``background_updates``."""
+    if request.node.get_closest_marker("background_updates"):
+        return
+    from torch_max_backend import backend
+
+    monkeypatch.setattr(
+        backend,
+        "compiles_in_background",
+        lambda gm, kind, settings: settings.background_compile is True,
+    )
+
+
+@pytest.fixture(autouse=True)
 def without_warm_starts(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks import cases, report
 from benchmarks.run import main as run_main
+from torch_max_backend.settings import Settings
 
 
 def _row(case: str, backend: str, median_ms: float) -> dict:
@@ -176,13 +177,17 @@ def test_the_mobilenet_step_is_issue_59_s_case_and_runs_when_named(monkeypatch):
     loss = stepper(model.train(), x, y)()  # one eager AdamW step
     assert loss.dim() == 0 and bool(loss.isfinite())
     assert "mobilenetv2-train" not in time_to_max.CASES  # not by default
-    measured: list[tuple[str, bool]] = []
+    measured: list[tuple[str, str]] = []
 
-    def fake(case: str, background: bool) -> dict:
+    def fake(case: str, background: str) -> dict:
         measured.append((case, background))
         row = {"first_step_s": 1.0, "on_max_s": 1.0, "steps_before": 0}
         return {"case": case, "background": background, **row, "median_ms_after": 1.0}
 
     monkeypatch.setattr(time_to_max, "_measure", fake)
     time_to_max.main(["--models", "mobilenetv2-train", "--background", "off"])
-    assert measured == [("mobilenetv2-train", False)]
+    assert measured == [("mobilenetv2-train", "off")]
+    measured.clear()
+    time_to_max.main(["--models", "mlp-train"])  # every setting by default
+    assert measured == [("mlp-train", s) for s in ("off", "updates", "on")]
+    assert time_to_max.SETTINGS["updates"] == Settings().background_compile

@@ -100,6 +100,7 @@ STAGES = (
     "product_upgrade",
     "compiling",
     "background",
+    "update_graphs",
     "deferred",
 )
 

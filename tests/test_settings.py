@@ -58,13 +58,28 @@ def test_background_and_worker_options(monkeypatch):
     ):
         monkeypatch.delenv(name, raising=False)
     defaults = Settings.resolve()
-    assert defaults.background_compile is False and defaults.compile_workers is None
+    # Only graphs that update their inputs (optimizer steps) by default.
+    assert defaults.background_compile == "updates"
+    assert defaults.compile_workers is None
     chosen = Settings.resolve({"background_compile": True, "compile_workers": 3})
-    assert chosen.background_compile and chosen.compile_workers == 3
+    assert chosen.background_compile is True and chosen.compile_workers == 3
+    assert Settings.resolve({"background_compile": False}).background_compile is False
     monkeypatch.setenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE", "1")
     monkeypatch.setenv("TORCH_MAX_BACKEND_COMPILE_WORKERS", "2")
     from_env = Settings.resolve({"compile_workers": 3})
-    assert from_env.background_compile and from_env.compile_workers == 2
+    assert from_env.background_compile is True and from_env.compile_workers == 2
+    monkeypatch.setenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE", " Updates ")
+    assert (
+        Settings.resolve({"background_compile": True}).background_compile == "updates"
+    )
+    monkeypatch.setenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE", "later")
+    with pytest.raises(
+        ValueError, match=r"COMPILE='later' is not a boolean.*'updates'"
+    ):
+        Settings.resolve()
+    monkeypatch.delenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE")
+    with pytest.raises(TypeError, match="must be a bool or 'updates', got str 'all'"):
+        Settings.resolve({"background_compile": "all"})
     with pytest.raises(TypeError, match="'compile_workers' must be an int >= 1"):
         Settings.resolve({"compile_workers": 0})
     monkeypatch.setenv("TORCH_MAX_BACKEND_COMPILE_WORKERS", "many")

@@ -42,6 +42,7 @@ from .pipeline.fallback import (
 from .pipeline.fallback import warn as warn_fallback
 from .pipeline.graph_builds import GraphBuilds, caller_outputs
 from .pipeline.product_upgrade import start_upgrade
+from .pipeline.update_graphs import compiles_in_background
 from .pipeline.warm_start import start_warm
 from .runtime.compile_workers import worker_count
 from .runtime.module_batch import alone, gathered, gathering
@@ -112,7 +113,7 @@ def compile_aten_graph(
                 settings,
             )
             return compiled
-    if settings.background_compile:
+    if compiles_in_background(gm, kind, settings):
         return compile_in_background(
             name,
             gm,
@@ -263,7 +264,8 @@ def max_backend(
     # first backward: both compile together (runtime/module_batch.py), in the
     # background while the step runs in PyTorch, or else before the first
     # call returns.
-    together = compiled_together() if settings.background_compile else gathered()
+    everything = settings.background_compile is True
+    together = compiled_together() if everything else gathered()
     with (
         torch._functorch.config.patch(force_non_lazy_backward_lowering=True),
         together,

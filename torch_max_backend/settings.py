@@ -57,6 +57,9 @@ MODES = {
 }
 # Modes that trade compile time for the fastest calls.
 AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
+# background_compile's default: graphs that only update their inputs (an
+# optimizer's step) compile in the background, the others before their call.
+BACKGROUND_UPDATES = "updates"
 # How a float32 product on the CPU is built (lower/product_choice.py): timed
 # per machine and shape, the fixed rules, or one strategy wherever it fits.
 PRODUCT_STRATEGIES = ("auto", "rule", "row_sums", "skinny", "matmul", "vendor")
@@ -96,8 +99,13 @@ class Settings:
         background_compile: run a graph in PyTorch (the ATen graph
             AOTAutograd produced) while its MAX graph is built and compiled
             off the caller's thread, and switch its calls to MAX once the
-            compiled graph is loaded (pipeline/background.py). Off by default: see
-            docs/usage.md, "Compile time".
+            compiled graph is loaded (pipeline/background.py). ``True``:
+            every graph. ``"updates"`` (the default): only graphs that
+            return nothing and update their inputs in place, such as
+            ``optimizer.step()``, so that a training step's first call does
+            not wait for its optimizer's compile after the backward's
+            (pipeline/update_graphs.py). ``False``: none. See docs/usage.md,
+            "Compile time".
         compile_workers: how many worker processes compile MAX graphs at
             once; 1 compiles in the calling process. None chooses from the
             usable cores and memory (runtime/compile_workers.py).
@@ -144,7 +152,7 @@ class Settings:
     min_block_size: int = 5
     torch_executed_ops: frozenset[str] = frozenset()
     max_cached_graphs: int = 256
-    background_compile: bool = False
+    background_compile: bool | str = BACKGROUND_UPDATES
     compile_workers: int | None = None
     summed_products: bool = True
     upgrade_products: bool = True
@@ -202,6 +210,10 @@ class Settings:
                 found = _first_set(names)
                 if found is not None:
                     values[key] = _product_strategy(found[1].strip(), found[0])
+            elif key == "background_compile":
+                found = _first_set(names)
+                if found is not None:
+                    values[key] = _background_setting(names, found[1])
             else:
                 flag = env_flag(*names)
                 if flag is not None:
@@ -244,6 +256,8 @@ def _option(key: str, value: object) -> object:
         return value
     if key == "product_strategy":
         return _product_strategy(value, "option 'product_strategy'")
+    if key == "background_compile" and value == BACKGROUND_UPDATES:
+        return value
     if key == "torch_executed_ops":
         if isinstance(value, str) or not isinstance(value, Iterable):
             raise TypeError(
@@ -252,8 +266,9 @@ def _option(key: str, value: object) -> object:
             )
         return frozenset(op_name(op) for op in value)
     if not isinstance(value, bool):
+        also = f" or {BACKGROUND_UPDATES!r}" if key == "background_compile" else ""
         raise TypeError(
-            f"torch-max-backend option {key!r} must be a bool, "
+            f"torch-max-backend option {key!r} must be a bool{also}, "
             f"got {type(value).__name__} {value!r}"
         )
     return value
@@ -266,6 +281,18 @@ def _product_strategy(value: object, where: str) -> str:
             f"use one of {', '.join(PRODUCT_STRATEGIES)}"
         )
     return value
+
+
+def _background_setting(names: tuple[str, ...], raw: str) -> bool | str:
+    """background_compile from its environment variable: a flag or "updates"."""
+    if raw.strip().lower() == BACKGROUND_UPDATES:
+        return BACKGROUND_UPDATES
+    try:
+        flag = env_flag(*names)
+    except ValueError as e:
+        raise ValueError(f"{e}, or {BACKGROUND_UPDATES!r}") from None
+    assert flag is not None
+    return flag
 
 
 def _env_int(*names: str) -> int | None:

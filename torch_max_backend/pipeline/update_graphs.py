@@ -1,0 +1,62 @@
+"""Which graphs compile in the background: ``background_compile``'s choice.
+
+An optimizer's ``step()`` reaches the backend as a graph of its own, traced
+only once the backward has run, so its compile (15-25 s on 2 cores for a
+small model's AdamW) cannot overlap the forward's and backward's and would
+add to a training step's first call. Such a graph returns nothing: it only
+updates its inputs in place (parameters, moments, step counts). Run in
+PyTorch until its MAX graph is loaded, its calls give what eager's give,
+nobody waits for it, and no output of the caller's changes shape or kind
+when it switches. With the default ``background_compile="updates"`` these
+graphs alone compile in the background; the others (whose outputs a
+benchmark times, whose random draws a seed fixes) compile before their
+first call returns.
+
+Kept waiting even so: under ``strict`` (a refused graph must raise at its
+first call), with ``torch.use_deterministic_algorithms(True)`` (a step that
+ran in PyTorch rounds its last bits as PyTorch does, so two runs could
+differ by where the switch fell), and for graphs that draw random numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..settings import BACKGROUND_UPDATES, Settings
+
+
+def updates_inputs_only(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` returns nothing and copies into at least one input."""
+    placeholders = {node for node in gm.graph.nodes if node.op == "placeholder"}
+    writes = False
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            outputs = node.args[0] if node.args else ()
+            if not isinstance(outputs, (tuple, list)):
+                outputs = (outputs,)
+            if any(out is not None for out in outputs):
+                return False
+        elif node.op == "call_function":
+            if _draws_random_numbers(node.target):
+                return False
+            if node.target is torch.ops.aten.copy_.default:
+                writes = writes or node.args[0] in placeholders
+    return writes
+
+
+def _draws_random_numbers(target: object) -> bool:
+    tags = getattr(target, "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags
+
+
+def compiles_in_background(
+    gm: torch.fx.GraphModule, kind: str, settings: Settings
+) -> bool:
+    """Whether ``gm`` runs in PyTorch until its MAX graph is loaded."""
+    if settings.background_compile is True:
+        return True
+    if settings.background_compile != BACKGROUND_UPDATES or settings.strict:
+        return False
+    if torch.are_deterministic_algorithms_enabled():
+        return False
+    return kind == "inference" and updates_inputs_only(gm)
