@@ -28,6 +28,8 @@ def _graph(
     """``p <- p - 0.1 * g`` as AOTAutograd hands an optimizer step over."""
     graph = torch.fx.Graph()
     p, g = graph.placeholder("p"), graph.placeholder("g")
+    for node in (p, g):  # AOTAutograd's placeholders carry their fake values
+        node.meta["val"] = torch.empty(3)
     step = graph.call_function(aten.mul.Tensor, (g, 0.1))
     if random:
         step = graph.call_function(

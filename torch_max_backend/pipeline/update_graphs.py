@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import torch
 
+from ..lower.passes import writes_input
 from ..settings import BACKGROUND_UPDATES, Settings
 
 
 def updates_inputs_only(gm: torch.fx.GraphModule) -> bool:
     """Whether ``gm`` returns nothing and copies into at least one input."""
-    placeholders = {node for node in gm.graph.nodes if node.op == "placeholder"}
     writes = False
     for node in gm.graph.nodes:
         if node.op == "output":
@@ -39,8 +39,7 @@ def updates_inputs_only(gm: torch.fx.GraphModule) -> bool:
         elif node.op == "call_function":
             if _draws_random_numbers(node.target):
                 return False
-            if node.target is torch.ops.aten.copy_.default:
-                writes = writes or node.args[0] in placeholders
+            writes = writes or writes_input(node, node.args[0] if node.args else None)
     return writes
 
 

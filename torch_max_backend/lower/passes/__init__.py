@@ -31,7 +31,7 @@ from .findings import (
     SlotWrite,
 )
 from .folding import find_constants
-from .mutations import find_mutations
+from .mutations import find_mutations, writes_input
 from .optimizer_updates import find_optimizer_updates
 from .repeated_kv import find_repeated_kv
 from .repeats import without_repeats
@@ -52,6 +52,7 @@ __all__ = [
     "SlotWrite",
     "analyzed",
     "rewritten",
+    "writes_input",
 ]
 
 _log = logging.getLogger("torch_max_backend.lower.passes")
