@@ -116,6 +116,31 @@ def weight_grad(
     return ops.reshape(weight_grad, [out_channels, channels, *kernel])
 
 
+def depthwise_weight_grad(
+    grad: TensorValue,
+    input: TensorValue,
+    kernel: Pair,
+    stride: Pair,
+    padding: Pair,
+    dilation: Pair,
+) -> TensorValue:
+    """A depthwise convolution's weight gradient, [O, 1, kh, kw] (each
+    output channel reads one input channel, O a multiple of C), summed
+    directly from the input and the output gradient by one kernel
+    (kernels/mojo/depthwise_weight_grad.mojo) where the windows' matrix
+    would be a batched product of one row per channel."""
+    device = current().device
+    (weight_grad,) = custom(
+        SHIPPED,
+        "torch_max_backend_depthwise_weight_grad",
+        [grad, input],
+        [TensorType(grad.dtype, [grad.shape[1], 1, *kernel], device)],
+        device,
+        parameters=_window_parameters(kernel, stride, padding, dilation),
+    )
+    return weight_grad
+
+
 def input_grad(
     grad: TensorValue,
     weight: TensorValue,

@@ -178,3 +178,54 @@ OUTSIDE_OPINFO = (
 
 def test_layer_backward_lowerings_build_for_every_opinfo_case():
     check_family("layer_backward", OUTSIDE_OPINFO)
+
+
+# (input shape, out channels, kernel, stride, padding, dilation, groups, dtype):
+# depthwise as ConvNeXt (7x7) and MobileNet (3x3, strided) have them, a
+# channel multiplier of 2 with dilation and uneven strides, a 1-d depthwise
+# one, bfloat16, and groups of two input channels (the windows' product).
+GROUPED_GRADS = [
+    ((2, 8, 6, 6), 8, (7, 7), (1, 1), (3, 3), (1, 1), 8, torch.float32),
+    ((2, 6, 9, 9), 6, (3, 3), (2, 2), (1, 1), (1, 1), 6, torch.float32),
+    ((1, 4, 11, 10), 8, (3, 2), (2, 1), (2, 0), (2, 3), 4, torch.float32),
+    ((2, 4, 13), 4, (5,), (1,), (2,), (1,), 4, torch.float32),
+    ((2, 8, 6, 6), 8, (3, 3), (1, 1), (1, 1), (1, 1), 8, torch.bfloat16),
+    ((2, 8, 7, 7), 12, (3, 3), (2, 2), (1, 1), (1, 1), 4, torch.float32),
+]
+
+
+def _grouped_operands(case: tuple) -> list[torch.Tensor]:
+    shape, out_channels, kernel, stride, padding, dilation, groups, dtype = case
+    x = torch.randn(shape, dtype=dtype)
+    w = torch.randn(out_channels, shape[1] // groups, *kernel, dtype=dtype)
+    y = F.conv2d if len(kernel) == 2 else F.conv1d
+    out = y(x, w, None, stride, padding, dilation, groups)
+    return [torch.randn_like(out), x, w]
+
+
+def _grouped_grads(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    grads = []
+    for i, case in enumerate(GROUPED_GRADS):
+        _, out_channels, _, stride, padding, dilation, groups, _ = case
+        g, x, w = tensors[3 * i : 3 * i + 3]
+        grads += aten.convolution_backward(
+            g, x, w, [out_channels], stride, padding, dilation, False,
+            [0] * len(stride), groups, [True, True, True],
+        )  # fmt: skip
+    return grads
+
+
+def test_grouped_convolution_gradients_match_eager(max_calls, graph_texts):
+    torch.manual_seed(0)
+    tensors = [t for case in GROUPED_GRADS for t in _grouped_operands(case)]
+    compiled = torch.compile(_grouped_grads, backend=max_backend, options=STRICT)
+    for got, want in zip(compiled(*tensors), _grouped_grads(*tensors), strict=True):
+        tolerance = {"atol": 3e-2, "rtol": 2e-2} if want.dtype == torch.bfloat16 else {}
+        torch.testing.assert_close(got, want, **tolerance)
+    assert max_calls.of("inference") == 1
+    (text,) = graph_texts()
+    # Every depthwise weight gradient (one input channel per group) is one
+    # kernel; the last case's windows come from im2col, not strided slices.
+    assert text.count('"torch_max_backend_depthwise_weight_grad"') == 5
+    assert "torch_max_backend_im2col" in text
+    assert "rmo.slice" not in text

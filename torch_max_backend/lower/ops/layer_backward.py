@@ -79,21 +79,22 @@ def _conv_backward_covered(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _conv_weight_grad(
-    grad: TensorValue,
+def _grouped_windows(
     input: TensorValue,
+    out_size: tuple[int, int],
     kernel: tuple[int, int],
     stride: tuple[int, int],
     padding: tuple[int, int],
     dilation: tuple[int, int],
-    groups: int,
 ) -> TensorValue:
-    """The weight's gradient as one batched matmul per group: the grad times
-    the input's sliding windows (im2col, made of kh * kw strided slices)."""
-    channels = int(input.shape[1])
-    out_channels = int(grad.shape[1])
-    out_h, out_w = int(grad.shape[2]), int(grad.shape[3])
-    kh, kw = kernel
+    """The input's sliding windows, [N, C * kh * kw, out_h, out_w]: our
+    im2col kernel on the CPU, kh * kw strided slices of the padded input
+    and a stack elsewhere (the same order: torch's (c, kh, kw) per channel)."""
+    if current().device.is_cpu():
+        return conv_columns.windows(
+            input, list(out_size), kernel, stride, padding, dilation
+        )
+    (out_h, out_w), (kh, kw) = out_size, kernel
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     x = ops.pad(input, [0, 0, 0, 0, ph, ph, pw, pw]) if ph or pw else input
     windows = []
@@ -108,10 +109,37 @@ def _conv_weight_grad(
                     left : left + (out_w - 1) * sw + 1 : sw,
                 ]
             )
-    # [N, C, kh * kw, out_h, out_w]: torch's (c, kh, kw) weight order per channel.
     cols = ops.stack(windows, axis=2)
+    return ops.reshape(cols, [input.shape[0], -1, out_h, out_w])
+
+
+def _conv_weight_grad(
+    grad: TensorValue,
+    input: TensorValue,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+) -> TensorValue:
+    """A grouped convolution's weight gradient: one batched matmul per group,
+    the grad times the input's sliding windows. A depthwise one (one input
+    channel per group) on the CPU is summed by one kernel instead."""
+    channels = int(input.shape[1])
+    out_channels = int(grad.shape[1])
     c_group = channels // groups
     o_group = out_channels // groups
+    if c_group == 1 and current().device.is_cpu():
+
+        def summed(g: TensorValue, x: TensorValue) -> TensorValue:
+            return conv_columns.depthwise_weight_grad(
+                g, x, kernel, stride, padding, dilation
+            )
+
+        return accumulated(summed, grad, input)
+    out_h, out_w = int(grad.shape[2]), int(grad.shape[3])
+    kh, kw = kernel
+    cols = _grouped_windows(input, (out_h, out_w), kernel, stride, padding, dilation)
     # Explicit (possibly symbolic) sizes, not -1: MAX must see that both
     # matmul operands share the contracted batch * blocks dim.
     n = grad.shape[0]
