@@ -65,13 +65,13 @@ def test_decompositions_skip_lowered_ops():
         assert op in MAPPING_TORCH_ATEN_TO_MAX
         assert op not in table
     # ...while ops we do not lower keep their decomposition.
-    assert aten.native_batch_norm_backward.default not in MAPPING_TORCH_ATEN_TO_MAX
-    assert aten.native_batch_norm_backward.default in table
+    assert aten.hardswish_backward.default not in MAPPING_TORCH_ATEN_TO_MAX
+    assert aten.hardswish_backward.default in table
 
 
 def test_a_lowering_registered_later_leaves_the_decomposition_table():
     # The core table is read once per process; which ops we lower is not.
-    op = aten.native_batch_norm_backward.default
+    op = aten.hardswish_backward.default
     assert op in decomposition_table()
     MAPPING_TORCH_ATEN_TO_MAX[op] = lambda *args: args
     try:

@@ -18,6 +18,7 @@ FAMILIES: tuple[str, ...] = (
     "arg_reduction",
     "attention",
     "avg_pooling",
+    "batch_norm_training",
     "convolution",
     "creation",
     "cumulative",

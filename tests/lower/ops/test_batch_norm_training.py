@@ -1,73 +1,94 @@
-"""Training-mode batch norm: its statistics in as few passes as the layout allows.
+"""A training batch norm's forward and backward, each one kernel on the CPU.
 
-A batch norm's mean and variance over N, H, W were built as one MAX
-reduction per axis (three for the mean, three more for the variance's own
-mean, three for its sum of squares), each over a non-inner axis of an NCHW
-copy. They now read the value the NCHW one permutes, once per statistic:
-MAX's convolution's channels-last result as [N*H*W, C] rows, or a product
-convolution's [C, N*H*W] rows; and the backward's per-channel sums reduce
-H*W rows first, then N.
+Training steps through batch norms in every layout a value reaches them in
+(a convolution's channels-last result, a 1x1 convolution's product, [N, C]
+and [N, C, L] inputs), against eager: the loss, every gradient and the
+running statistics the step updated.
 """
 
 from __future__ import annotations
 
-import math
-import re
-
 import torch
 import torch.nn.functional as F
 
+from .family_check import check_family
 from .helpers import check_training_step
 
+# The backward op appears only in backward graphs, which no OpInfo case builds.
+TESTED_BY_HAND = ("aten.native_batch_norm_backward.default",)
 
-class ConvBlocks(torch.nn.Module):
+
+def test_batch_norm_training_lowerings_build_for_every_opinfo_case():
+    check_family("batch_norm_training", TESTED_BY_HAND)
+
+
+class BatchNormNet(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn1 = torch.nn.BatchNorm2d(8)
-        self.conv2 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False)
-        self.bn2 = torch.nn.BatchNorm2d(8)
+        # 20 channels and 9x9 pixels: the kernels' vector loops and their tails.
+        self.conv = torch.nn.Conv2d(3, 20, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(20)
+        self.pointwise = torch.nn.Conv2d(20, 20, 1)
+        self.bn_plain = torch.nn.BatchNorm2d(20, affine=False, momentum=0.3)
+        # A depthwise convolution's result is channels-last (MAX's conv2d).
+        self.depthwise = torch.nn.Conv2d(20, 20, 3, padding=1, groups=20)
+        self.bn_last = torch.nn.BatchNorm2d(20)
+        self.bn_rows = torch.nn.BatchNorm1d(20)
+        self.bn_seq = torch.nn.BatchNorm1d(4, eps=1e-3)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.relu(self.bn1(self.conv1(x)))
-        h = F.relu(self.bn2(self.conv2(h)))
-        return (h * h).mean()
+    def forward(
+        self, x: torch.Tensor, rows: torch.Tensor, seq: torch.Tensor
+    ) -> torch.Tensor:
+        h = F.relu(self.bn(self.conv(x)))
+        h = torch.tanh(self.bn_plain(self.pointwise(h)))
+        h = self.bn_last(self.depthwise(h))
+        r = torch.sigmoid(self.bn_rows(rows))
+        s = self.bn_seq(seq)
+        return (h * h).mean() + r.pow(2).mean() + (s * s.detach()).mean()
 
 
-def _reductions(text: str, kind: str) -> list[tuple[str, str]]:
-    """(axis, input shape) of each MAX reduction of ``kind`` in a graph's text."""
-    return re.findall(
-        rf"rmo\.mo\.reduce\.{kind}\(%\w+\) \[axis = (\d+)\] : \(!mo\.tensor<\[([\d, ]+)\]",
-        text,
-    )
-
-
-def test_batch_norm_statistics_read_channels_last_rows(max_calls, graph_texts):
+def test_batch_norm_training_step_matches_eager(max_calls, graph_texts):
     torch.manual_seed(0)
-    # 20x20 pixels: MAX's conv kernel (NHWC); 10x10: im2col's product (CNHW).
-    check_training_step(ConvBlocks(), torch.randn(2, 3, 20, 20))
-
+    x = torch.randn(2, 3, 9, 9) * 3 + 1
+    check_training_step(BatchNormNet(), x, torch.randn(5, 20), torch.randn(3, 4, 7))
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
     forward, backward = graph_texts()
-    # Per batch norm one mean (shared by the variance) and one sum of
-    # squares; the loss's mean is over everything at once.
-    rows = [("0", "800, 8"), ("1", "8, 200")]
-    assert _reductions(forward, "mean") == [*rows, ("0", "1600")]
-    # (A small product's own sum over K may be there too.)
-    sums = _reductions(forward, "add")
-    assert all(sums.count(row) == 1 for row in rows), sums
-    assert all(_rank(shape) <= 3 for _, shape in sums), sums
-    # The backward's per-channel sums: rows of H*W first (inner), then N
-    # over what is left; never a pass per axis over whole images.
-    sums = _reductions(backward, "add")
-    assert ("2", "2, 8, 400") in sums, sums
-    assert ("0", "2, 8, 1, 1") in sums, sums
-    assert all(_rank(shape) <= 3 or _numel(shape) <= 16 for _, shape in sums), sums
+    # Each of the five batch norms: one statistics kernel, one backward
+    # kernel, and no reductions of MAX's own in its place: the forward's
+    # only means are the loss's three.
+    assert forward.count('"torch_max_backend_batch_norm_stats"') == 5
+    assert backward.count('"torch_max_backend_batch_norm_backward"') == 5
+    assert forward.count("rmo.mo.reduce.mean") == 3
 
 
-def _rank(shape: str) -> int:
-    return len(shape.split(","))
+class FrozenBatchNorm(torch.nn.Module):
+    """Batch norms in evaluation mode inside a training step (fine-tuning a
+    pretrained network with its statistics frozen)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(5)
+        self.bn.running_mean.uniform_(-1, 1)
+        self.bn.running_var.uniform_(0.5, 2)
+        self.bn.eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.bn(x)).pow(2).mean()
 
 
-def _numel(shape: str) -> int:
-    return math.prod(int(d) for d in shape.split(","))
+def test_frozen_batch_norm_gradients_match_eager(max_calls):
+    torch.manual_seed(0)
+    check_training_step(FrozenBatchNorm(), torch.randn(2, 5, 4, 4))
+    assert max_calls.of("backward") == 1
+
+
+def test_composed_batch_norm_matches_eager(max_calls, graph_texts, monkeypatch):
+    # What a GPU builds (the kernels are the CPU's), checked on the CPU.
+    from torch_max_backend.lower.ops import batch_norm_training
+
+    monkeypatch.setattr(batch_norm_training, "_on_cpu", lambda: False)
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 9) * 3 + 1
+    check_training_step(BatchNormNet(), x, torch.randn(5, 20), torch.randn(3, 4, 7))
+    assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+    assert not any("torch_max_backend_batch_norm" in t for t in graph_texts())

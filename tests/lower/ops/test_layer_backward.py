@@ -229,3 +229,52 @@ def test_grouped_convolution_gradients_match_eager(max_calls, graph_texts):
     assert text.count('"torch_max_backend_depthwise_weight_grad"') == 5
     assert "torch_max_backend_im2col" in text
     assert "rmo.slice" not in text
+
+
+# (input shape, normalized dims, affine, dtype): a row longer than the
+# kernel's vectors with a tail, two normalized dims without weight or bias,
+# and bfloat16.
+LAYER_NORM_GRADS = [
+    ((3, 5, 40), 1, True, torch.float32),
+    ((2, 3, 4, 10), 2, False, torch.float32),
+    ((4, 24), 1, True, torch.bfloat16),
+]
+
+
+def _layer_norm_operands(case: tuple) -> list[torch.Tensor | None]:
+    shape, dims, affine, dtype = case
+    x = torch.randn(shape, dtype=dtype) * 2 + 0.5
+    normalized = list(shape[-dims:])
+    weight = torch.randn(normalized, dtype=dtype) if affine else None
+    bias = torch.randn(normalized, dtype=dtype) if affine else None
+    _, mean, rstd = aten.native_layer_norm(x, normalized, weight, bias, 1e-5)
+    return [torch.randn_like(x), x, mean, rstd, weight, bias]
+
+
+def _layer_norm_grads(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    grads = []
+    for i, (shape, dims, affine, _) in enumerate(LAYER_NORM_GRADS):
+        g, x, mean, rstd, weight, bias = tensors[6 * i : 6 * i + 6]
+        mask = [True, affine, affine]
+        grads += aten.native_layer_norm_backward(
+            g, x, list(shape[-dims:]), mean, rstd, weight, bias, mask
+        )
+    return grads
+
+
+def test_layer_norm_gradients_are_one_kernel_and_match_eager(max_calls, graph_texts):
+    torch.manual_seed(0)
+    tensors = [t for case in LAYER_NORM_GRADS for t in _layer_norm_operands(case)]
+    compiled = torch.compile(_layer_norm_grads, backend=max_backend, options=STRICT)
+    got, want = compiled(*tensors), _layer_norm_grads(*tensors)
+    for g, w in zip(got, want, strict=True):
+        if w is None:
+            assert g is None
+            continue
+        bf16 = w.dtype == torch.bfloat16
+        tolerance = {"atol": 3e-2, "rtol": 2e-2} if bf16 else {}
+        torch.testing.assert_close(g, w, **tolerance)
+    assert max_calls.of("inference") == 1
+    (text,) = graph_texts()
+    assert text.count('"torch_max_backend_layer_norm_backward"') == 3
+    assert "rmo.mo.reduce" not in text

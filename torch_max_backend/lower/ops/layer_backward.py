@@ -13,7 +13,7 @@ import torch
 from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
-from .. import conv_columns
+from .. import conv_columns, norm_kernels
 from ..context import current
 from ..float32_products import matmul
 from ..kit import arg_tensor, is_static, node_arg
@@ -263,6 +263,14 @@ def native_layer_norm_backward(
     want_input, want_weight, want_bias = _wanted(output_mask)
     dtype = accumulation_dtype(input.dtype)
     lead = list(input.shape)[: input.rank - len(normalized_shape)]
+    if current().device.is_cpu() and is_static(normalized_shape):
+        grads = norm_kernels.layer_norm_grads(
+            grad_out, input, normalized_shape, mean, rstd, weight
+        )
+        wanted = (want_input, want_weight, want_bias)
+        return _like_meta(
+            [g if w else None for g, w in zip(grads, wanted, strict=True)]
+        )
     # The normalized dims as one flattened last axis, statistics as [*lead, 1].
     x = ops.cast(ops.reshape(input, [*lead, -1]), dtype)
     dy = ops.cast(ops.reshape(grad_out, [*lead, -1]), dtype)
