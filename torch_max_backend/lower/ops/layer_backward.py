@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
@@ -263,7 +264,9 @@ def native_layer_norm_backward(
     want_input, want_weight, want_bias = _wanted(output_mask)
     dtype = accumulation_dtype(input.dtype)
     lead = list(input.shape)[: input.rank - len(normalized_shape)]
-    if current().device.is_cpu() and is_static(normalized_shape):
+    # The kernel works in float32: float64 keeps its own precision, composed.
+    by_kernel = dtype == DType.float32 and is_static(normalized_shape)
+    if by_kernel and current().device.is_cpu():
         grads = norm_kernels.layer_norm_grads(
             grad_out, input, normalized_shape, mean, rstd, weight
         )
