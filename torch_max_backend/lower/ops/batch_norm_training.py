@@ -18,36 +18,17 @@ import torch
 from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
-from ...dtypes import to_max_dtype
+from ...dtypes import accumulation_dtype
 from ...kernels.library import SHIPPED, custom
 from ..context import current
+from ..gradient_outputs import in_meta_dtypes, wanted_outputs
+from ..per_channel import channel_view, normalized_channels
 from ..reduced_axes import reduce_axes
 from ..registry import lowering
 from ..scalars import as_tensor
 
 aten = torch.ops.aten
 F32 = DType.float32
-
-
-def _f32(x: TensorValue) -> TensorValue:
-    return x if x.dtype == F32 else ops.cast(x, F32)
-
-
-def _like_meta(values: Sequence[TensorValue | None]) -> tuple[TensorValue | None, ...]:
-    """Each output in the dtype torch gives it."""
-    meta = current().out_meta
-    assert isinstance(meta, (list, tuple))
-    out: list[TensorValue | None] = []
-    for value, m in zip(values, meta, strict=True):
-        if value is not None and m is not None and value.dtype != to_max_dtype(m.dtype):
-            value = ops.cast(value, to_max_dtype(m.dtype))
-        out.append(value)
-    return tuple(out)
-
-
-def _channel_view(x: TensorValue, rank: int) -> TensorValue:
-    """A per-channel [C] vector shaped to broadcast over N, C, *spatial."""
-    return ops.reshape(x, [1, -1] + [1] * (rank - 2))
 
 
 def _channel_runs(x: TensorValue, last: bool) -> TensorValue:
@@ -81,21 +62,22 @@ def _from_runs(runs: TensorValue, like: TensorValue, last: bool) -> TensorValue:
     return twins.channels_first(ops.reshape(runs, shape))
 
 
-def _on_cpu() -> bool:
-    return current().device.is_cpu()
+def _kernels_serve(dtype: DType) -> bool:
+    """Our kernels work in float32 on the CPU; float64 and GPUs compose."""
+    return dtype == F32 and current().device.is_cpu()
 
 
 def _composed_statistics(
     x: TensorValue, eps: float
 ) -> tuple[TensorValue, TensorValue, TensorValue]:
-    """Mean, rstd and unbiased variance per channel from MAX ops (float32)."""
+    """Mean, rstd and unbiased variance per channel from MAX ops, in ``x``'s dtype."""
     axes = [0, *range(2, x.rank)]
     mean = reduce_axes(x, axes, False, ops.mean)
-    centered = ops.sub(x, _channel_view(mean, x.rank))
+    centered = ops.sub(x, channel_view(mean, x.rank))
     variance = reduce_axes(ops.mul(centered, centered), axes, False, ops.mean)
-    rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, F32)))
+    rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, x.dtype)))
     n = int(np.prod([int(x.shape[a]) for a in axes]))
-    unbiased = ops.mul(variance, as_tensor(n / max(n - 1, 1), F32))
+    unbiased = ops.mul(variance, as_tensor(n / max(n - 1, 1), x.dtype))
     return mean, rstd, unbiased
 
 
@@ -106,9 +88,10 @@ def _statistics(
     momentum: float,
     eps: float,
 ) -> tuple[TensorValue, TensorValue, TensorValue, TensorValue]:
-    """Mean, rstd, and the running statistics updated (float32)."""
-    rm, rv = _f32(running_mean), _f32(running_var)
-    if _on_cpu():
+    """Mean, rstd, and the running statistics updated, in the accumulation dtype."""
+    dtype = accumulation_dtype(x.dtype)
+    rm, rv = ops.cast(running_mean, dtype), ops.cast(running_var, dtype)
+    if _kernels_serve(dtype):
         device = current().device
         coefficients = ops.constant(
             np.array([eps, momentum], np.float32), F32, device=device
@@ -117,40 +100,17 @@ def _statistics(
         mean, rstd, new_rm, new_rv = custom(
             SHIPPED,
             "torch_max_backend_batch_norm_stats",
-            [_f32(_read_runs(x)), rm, rv, coefficients],
+            [ops.cast(_read_runs(x), F32), rm, rv, coefficients],
             [vector] * 4,
             device,
         )
         return mean, rstd, new_rm, new_rv
-    mean, rstd, unbiased = _composed_statistics(_f32(x), eps)
-    keep = as_tensor(1 - momentum, F32)
-    step = as_tensor(momentum, F32)
+    mean, rstd, unbiased = _composed_statistics(ops.cast(x, dtype), eps)
+    keep = as_tensor(1 - momentum, dtype)
+    step = as_tensor(momentum, dtype)
     new_rm = ops.add(ops.mul(mean, step), ops.mul(rm, keep))
     new_rv = ops.add(ops.mul(unbiased, step), ops.mul(rv, keep))
     return mean, rstd, new_rm, new_rv
-
-
-def _normalized(
-    x: TensorValue,
-    mean: TensorValue,
-    rstd: TensorValue,
-    weight: TensorValue | None,
-    bias: TensorValue | None,
-) -> TensorValue:
-    """(x - mean) * rstd * weight + bias per channel, in float32, on the
-    channels-last twin where ``x`` has one (the result then has one too)."""
-    scale = rstd if weight is None else ops.mul(rstd, _f32(weight))
-    shift = ops.negate(ops.mul(mean, scale))
-    if bias is not None:
-        shift = ops.add(shift, _f32(bias))
-    twins = current().twins
-    twin = twins.twin(x)
-    if twin is not None:
-        out = ops.add(ops.mul(_f32(twin), scale), shift)
-        return twins.channels_first(ops.cast(out, x.dtype))
-    view = _channel_view
-    out = ops.add(ops.mul(_f32(x), view(scale, x.rank)), view(shift, x.rank))
-    return ops.cast(out, x.dtype)
 
 
 @lowering(aten._native_batch_norm_legit_functional.default)
@@ -168,22 +128,16 @@ def batch_norm_functional(
     if not training:
         # The running statistics normalize and stay as they are; torch
         # returns empty saved statistics.
-        rstd = ops.rsqrt(ops.add(_f32(running_var), as_tensor(eps, F32)))
-        out = _normalized(input, _f32(running_mean), rstd, weight, bias)
+        dtype = accumulation_dtype(input.dtype)
+        rstd = ops.rsqrt(ops.add(ops.cast(running_var, dtype), as_tensor(eps, dtype)))
+        out = normalized_channels(input, running_mean, rstd, weight, bias)
         empty = ops.constant(np.zeros((0,), np.float32), F32, device=input.device)
-        return _like_meta([out, empty, empty, running_mean, running_var])
+        return in_meta_dtypes([out, empty, empty, running_mean, running_var])
     mean, rstd, new_rm, new_rv = _statistics(
         input, running_mean, running_var, momentum, eps
     )
-    out = _normalized(input, mean, rstd, weight, bias)
-    return _like_meta([out, mean, rstd, new_rm, new_rv])
-
-
-def _wanted(output_mask: Sequence[bool]) -> list[bool]:
-    """Outputs asked for and not None in torch's meta."""
-    meta = current().out_meta
-    assert isinstance(meta, (list, tuple))
-    return [bool(m) and v is not None for m, v in zip(output_mask, meta, strict=True)]
+    out = normalized_channels(input, mean, rstd, weight, bias)
+    return in_meta_dtypes([out, mean, rstd, new_rm, new_rv])
 
 
 def _composed_backward(
@@ -194,24 +148,24 @@ def _composed_backward(
     rstd: TensorValue,
     train: bool,
 ) -> tuple[TensorValue, TensorValue, TensorValue]:
-    """torch's decomposition of native_batch_norm_backward, in float32."""
+    """torch's decomposition of native_batch_norm_backward, in ``x``'s dtype."""
     rank = x.rank
     axes = [0, *range(2, rank)]
-    centered = ops.sub(x, _channel_view(mean, rank))
+    centered = ops.sub(x, channel_view(mean, rank))
     sum_g = reduce_axes(grad, axes, False, ops.sum)
     dot = reduce_axes(ops.mul(grad, centered), axes, False, ops.sum)
     scale = ops.mul(rstd, weight)
-    grad_input = ops.mul(grad, _channel_view(scale, rank))
+    grad_input = ops.mul(grad, channel_view(scale, rank))
     if train:
         n = int(np.prod([int(x.shape[a]) for a in axes]))
-        proj = ops.mul(ops.div(dot, as_tensor(n, F32)), ops.mul(rstd, rstd))
-        shift = ops.div(sum_g, as_tensor(n, F32))
+        proj = ops.mul(ops.div(dot, as_tensor(n, x.dtype)), ops.mul(rstd, rstd))
+        shift = ops.div(sum_g, as_tensor(n, x.dtype))
         grad_input = ops.mul(
             ops.sub(
-                ops.sub(grad, ops.mul(centered, _channel_view(proj, rank))),
-                _channel_view(shift, rank),
+                ops.sub(grad, ops.mul(centered, channel_view(proj, rank))),
+                channel_view(shift, rank),
             ),
-            _channel_view(scale, rank),
+            channel_view(scale, rank),
         )
     return grad_input, ops.mul(dot, rstd), sum_g
 
@@ -230,27 +184,28 @@ def batch_norm_backward(
     output_mask: Sequence[bool],
 ) -> tuple[TensorValue | None, ...]:
     """native_batch_norm_backward(Tensor grad_out, Tensor input, Tensor? weight, Tensor? running_mean, Tensor? running_var, Tensor? save_mean, Tensor? save_invstd, bool train, float eps, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"""
-    want = _wanted(output_mask)
+    want = wanted_outputs(output_mask)
     channels = input.shape[1]
     device = input.device
+    dtype = accumulation_dtype(input.dtype)
     w = (
-        _f32(weight)
+        ops.cast(weight, dtype)
         if weight is not None
-        else ops.constant(np.ones((int(channels),), np.float32), F32, device=device)
+        else ops.constant(np.ones((int(channels),), dtype.to_numpy()), dtype, device)
     )
     if train:
         assert save_mean is not None and save_invstd is not None
-        mean, rstd = _f32(save_mean), _f32(save_invstd)
+        mean, rstd = ops.cast(save_mean, dtype), ops.cast(save_invstd, dtype)
     else:
         assert running_mean is not None and running_var is not None
-        mean = _f32(running_mean)
-        rstd = ops.rsqrt(ops.add(_f32(running_var), as_tensor(eps, F32)))
-    if train and _on_cpu():
+        mean = ops.cast(running_mean, dtype)
+        rstd = ops.rsqrt(ops.add(ops.cast(running_var, dtype), as_tensor(eps, dtype)))
+    if train and _kernels_serve(dtype):
         twins = current().twins
         last = twins.twin(grad_out) is not None and twins.twin(input) is not None
         vector = TensorType(F32, [channels], device)
-        g_runs = _f32(_channel_runs(grad_out, last))
-        x_runs = _f32(_channel_runs(input, last))
+        g_runs = ops.cast(_channel_runs(grad_out, last), F32)
+        x_runs = ops.cast(_channel_runs(input, last), F32)
         runs, grad_weight, grad_bias = custom(
             SHIPPED,
             "torch_max_backend_batch_norm_backward",
@@ -261,9 +216,9 @@ def batch_norm_backward(
         grad_input = _from_runs(ops.cast(runs, input.dtype), input, last)
     else:
         grad_input, grad_weight, grad_bias = _composed_backward(
-            _f32(grad_out), _f32(input), w, mean, rstd, train
+            ops.cast(grad_out, dtype), ops.cast(input, dtype), w, mean, rstd, train
         )
     outputs = [grad_input, grad_weight, grad_bias]
-    return _like_meta(
+    return in_meta_dtypes(
         [v if keep else None for v, keep in zip(outputs, want, strict=True)]
     )

@@ -13,10 +13,11 @@ import torch
 from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
-from ...dtypes import accumulation_dtype, to_max_dtype
+from ...dtypes import accumulation_dtype
 from .. import conv_columns, norm_kernels
 from ..context import current
 from ..float32_products import matmul
+from ..gradient_outputs import in_meta_dtypes, wanted_outputs
 from ..kit import arg_tensor, is_static, node_arg
 from ..opmath import accumulated
 from ..reduced_axes import reduce_axes
@@ -25,30 +26,6 @@ from ..shapes import static_size
 from ..transposed_conv import over_unit_height, pair, transposed_conv2d
 
 aten = torch.ops.aten
-
-
-def _wanted(output_mask: Sequence[bool]) -> list[bool]:
-    """Which outputs to compute: asked for, and not None in torch's meta.
-
-    The meta also says None where an input the gradient belongs to is
-    absent (a layer norm without weight), whatever the mask says.
-    """
-    meta = current().out_meta
-    assert isinstance(meta, (list, tuple))
-    return [bool(m) and v is not None for m, v in zip(output_mask, meta, strict=True)]
-
-
-def _like_meta(values: Sequence[TensorValue | None]) -> tuple[TensorValue | None, ...]:
-    """Each output cast to the dtype torch gives it (statistics computed in
-    float32 go back to the input's half precision, for instance)."""
-    meta = current().out_meta
-    assert isinstance(meta, (list, tuple))
-    out: list[TensorValue | None] = []
-    for value, m in zip(values, meta, strict=True):
-        if value is not None and value.dtype != to_max_dtype(m.dtype):
-            value = ops.cast(value, to_max_dtype(m.dtype))
-        out.append(value)
-    return tuple(out)
 
 
 def _sum_to(
@@ -187,7 +164,7 @@ def convolution_backward(
     output_mask: Sequence[bool],
 ) -> tuple[TensorValue | None, TensorValue | None, TensorValue | None]:
     """convolution_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[]? bias_sizes, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"""
-    want_input, want_weight, want_bias = _wanted(output_mask)
+    want_input, want_weight, want_bias = wanted_outputs(output_mask)
     one_d = weight.rank == 3
     if one_d:
         # As in the forward: a 1-d convolution is a 2-d one over a height of 1.
@@ -231,7 +208,7 @@ def convolution_backward(
             grad_weight = ops.squeeze(grad_weight, 2)
     if want_bias:
         grad_bias = _sum_to(grad_output, [0, 2, 3], [grad_output.shape[1]])
-    return _like_meta([grad_input, grad_weight, grad_bias])
+    return in_meta_dtypes([grad_input, grad_weight, grad_bias])
 
 
 # -- normalization ---------------------------------------------------------------
@@ -261,7 +238,7 @@ def native_layer_norm_backward(
     output_mask: Sequence[bool],
 ) -> tuple[TensorValue | None, TensorValue | None, TensorValue | None]:
     """native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"""
-    want_input, want_weight, want_bias = _wanted(output_mask)
+    want_input, want_weight, want_bias = wanted_outputs(output_mask)
     dtype = accumulation_dtype(input.dtype)
     lead = list(input.shape)[: input.rank - len(normalized_shape)]
     # The kernel works in float32: float64 keeps its own precision, composed.
@@ -271,7 +248,7 @@ def native_layer_norm_backward(
             grad_out, input, normalized_shape, mean, rstd, weight
         )
         wanted = (want_input, want_weight, want_bias)
-        return _like_meta(
+        return in_meta_dtypes(
             [g if w else None for g, w in zip(grads, wanted, strict=True)]
         )
     # The normalized dims as one flattened last axis, statistics as [*lead, 1].
@@ -295,7 +272,7 @@ def native_layer_norm_backward(
     if want_bias:
         per_row = ops.reshape(dy, [-1, dy.shape[-1]])
         grad_bias = _sum_to(per_row, [0], list(normalized_shape))
-    return _like_meta([grad_input, grad_weight, grad_bias])
+    return in_meta_dtypes([grad_input, grad_weight, grad_bias])
 
 
 def _static_channels(node: torch.fx.Node) -> str | None:
@@ -321,7 +298,7 @@ def native_group_norm_backward(
     output_mask: Sequence[bool],
 ) -> tuple[TensorValue | None, TensorValue | None, TensorValue | None]:
     """native_group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, SymInt N, SymInt C, SymInt HxW, int group, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"""
-    want_input, want_weight, want_bias = _wanted(output_mask)
+    want_input, want_weight, want_bias = wanted_outputs(output_mask)
     dtype = accumulation_dtype(input.dtype)
     # [N, group, C / group, HxW]: statistics per (n, group), parameters per channel.
     grouped = [N, group, -1, HxW]
@@ -348,4 +325,4 @@ def native_group_norm_backward(
         grad_weight = _sum_to(ops.mul(dy, normalized), [0, 3], [C])
     if want_bias:
         grad_bias = _sum_to(dy, [0, 3], [C])
-    return _like_meta([grad_input, grad_weight, grad_bias])
+    return in_meta_dtypes([grad_input, grad_weight, grad_bias])

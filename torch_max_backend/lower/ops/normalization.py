@@ -12,6 +12,7 @@ from max.graph import DeviceRef, Dim, TensorValue, ops
 from ...dtypes import accumulation_dtype, to_max_dtype
 from ..context import current, unread_output
 from ..kit import empty_input, outputs_read, schema_args, tensor_meta
+from ..per_channel import channel_view, normalized_channels
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor
 from ..shapes import normalize_dim, static_size
@@ -159,11 +160,6 @@ def _in_output_dtypes(*values: TensorValue) -> tuple[TensorValue, ...]:
     )
 
 
-def _channel_view(x: TensorValue, rank: int) -> TensorValue:
-    """A per-channel [C] vector shaped to broadcast over N, C, *spatial."""
-    return ops.reshape(x, [1, -1] + [1] * (rank - 2))
-
-
 @lowering(aten._native_batch_norm_legit_no_training.default)
 def batch_norm_inference(
     input: TensorValue,
@@ -175,28 +171,12 @@ def batch_norm_inference(
     eps: float,
 ) -> tuple[TensorValue, TensorValue, TensorValue]:
     """_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor)"""
-    rank = input.rank
     # In float32 for half precision, as torch's kernels (and so that a
     # bfloat16 model's batch norm lowers at all).
     dtype = accumulation_dtype(input.dtype)
     variance = ops.cast(running_var, dtype)
-    scale = ops.rsqrt(ops.add(variance, as_tensor(eps, dtype)))
-    if weight is not None:
-        scale = ops.mul(scale, ops.cast(weight, dtype))
-    shift = ops.negate(ops.mul(ops.cast(running_mean, dtype), scale))
-    if bias is not None:
-        shift = ops.add(shift, ops.cast(bias, dtype))
-    twins = current().twins
-    twin = twins.twin(input)
-    if twin is not None:
-        # Channels last: the per-channel [C] vectors broadcast over the last dim.
-        scaled = ops.add(ops.mul(ops.cast(twin, dtype), scale), shift)
-        out = twins.channels_first(ops.cast(scaled, input.dtype))
-    else:
-        x = ops.cast(input, dtype)
-        out = ops.add(
-            ops.mul(x, _channel_view(scale, rank)), _channel_view(shift, rank)
-        )
+    rstd = ops.rsqrt(ops.add(variance, as_tensor(eps, dtype)))
+    out = normalized_channels(input, running_mean, rstd, weight, bias)
     # In inference torch returns empty saved statistics.
     empty = ops.constant(np.zeros((0,), np.float32), DType.float32, device=input.device)
     return _in_output_dtypes(out, empty, empty)
@@ -227,9 +207,9 @@ def native_group_norm(
     normalized, mean, rstd = _normalize_last(x, eps)
     out = ops.reshape(normalized, list(input.shape))
     if weight is not None:
-        out = ops.mul(out, _channel_view(ops.cast(weight, dtype), input.rank))
+        out = ops.mul(out, channel_view(ops.cast(weight, dtype), input.rank))
     if bias is not None:
-        out = ops.add(out, _channel_view(ops.cast(bias, dtype), input.rank))
+        out = ops.add(out, channel_view(ops.cast(bias, dtype), input.rank))
     return _in_output_dtypes(
         out, ops.reshape(mean, [N, group]), ops.reshape(rstd, [N, group])
     )
@@ -266,11 +246,11 @@ def batch_norm_no_stats(
     x = ops.cast(input, dtype)
     per_channel = ops.reshape(ops.permute(x, [1, 0, *range(2, rank)]), [x.shape[1], -1])
     _, mean, rstd = _moments_last(per_channel, eps)
-    out = ops.mul(ops.sub(x, _channel_view(mean, rank)), _channel_view(rstd, rank))
+    out = ops.mul(ops.sub(x, channel_view(mean, rank)), channel_view(rstd, rank))
     if weight is not None:
-        out = ops.mul(out, _channel_view(ops.cast(weight, dtype), rank))
+        out = ops.mul(out, channel_view(ops.cast(weight, dtype), rank))
     if bias is not None:
-        out = ops.add(out, _channel_view(ops.cast(bias, dtype), rank))
+        out = ops.add(out, channel_view(ops.cast(bias, dtype), rank))
     return _in_output_dtypes(out, ops.reshape(mean, [-1]), ops.reshape(rstd, [-1]))
 
 
