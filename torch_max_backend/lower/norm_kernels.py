@@ -1,9 +1,11 @@
-"""Normalizations' backward as kernels of ours on the CPU.
+"""A training layer norm, forward and backward, as kernels of ours on the CPU.
 
-A layer norm's backward composed from MAX ops is four reductions (two means
-per row, two sums over the rows) and the elementwise work between them, each
-a kernel MAX compiles on its own; kernels/mojo/layer_norm_backward.mojo does
-it in one pass over the rows.
+Composed from MAX ops, a layer norm whose statistics are read (a training
+graph saves them for the backward) is two reductions per row and the
+elementwise work around them, and its backward four reductions (two means
+per row, two sums over the rows), each a kernel MAX compiles on its own:
+kernels/mojo/layer_norm.mojo and layer_norm_backward.mojo do each in one
+kernel over the rows.
 """
 
 from __future__ import annotations
@@ -16,6 +18,26 @@ from max.graph import Dim, TensorType, TensorValue, ops
 
 from ..kernels.library import SHIPPED, custom
 from .context import current
+
+
+def layer_norm_rows(
+    x: TensorValue, weight: TensorValue, bias: TensorValue, eps: float
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """The normalized rows of ``x`` [R, D] with their mean and rstd [R], from
+    one kernel of ours (kernels/mojo/layer_norm.mojo); all float32, ``weight``
+    and ``bias`` [D]."""
+    device = current().device
+    f32 = DType.float32
+    epsilon = ops.constant(np.array([eps], np.float32), f32, device=device)
+    vector = TensorType(f32, [x.shape[0]], device)
+    out, mean, rstd = custom(
+        SHIPPED,
+        "torch_max_backend_layer_norm",
+        [x, weight, bias, epsilon],
+        [TensorType(f32, list(x.shape), device), vector, vector],
+        device,
+    )
+    return out, mean, rstd
 
 
 def layer_norm_grads(

@@ -4,7 +4,8 @@ A composed layer norm (mean, variance, normalize) is three MAX kernels, and
 MAX's compile time follows the kernel count: 25 chained composed layer norms
 compiled in 173 s against 41 s for the same chain of LayerNorm ops (AMD EPYC,
 2 cores). Inference graphs never read the mean and rstd outputs; training
-graphs save them for the backward, so those keep the composed form.
+graphs save them for the backward, and take a kernel of ours on the CPU
+(tests/lower/ops/test_normalization.py) or the composed form.
 """
 
 from __future__ import annotations
@@ -38,11 +39,21 @@ def _no_epsilon(x, w, b):
     [
         (_output_only, torch.float32, "layer_norm_kernel"),
         (_output_only, torch.bfloat16, "layer_norm_kernel"),
-        (_all_outputs, torch.float32, "composed"),
-        (_no_epsilon, torch.float32, "composed"),
+        (_all_outputs, torch.float32, "statistics_kernel"),
+        (_all_outputs, torch.bfloat16, "statistics_kernel"),
+        (_all_outputs, torch.float64, "composed"),
+        (_no_epsilon, torch.float32, "statistics_kernel"),
         (_output_only, torch.float64, "composed"),
     ],
-    ids=["statistics-unused", "bfloat16", "statistics-read", "zero-epsilon", "float64"],
+    ids=[
+        "statistics-unused",
+        "bfloat16",
+        "statistics-read",
+        "statistics-read-bfloat16",
+        "statistics-read-float64",
+        "zero-epsilon",
+        "float64",
+    ],
 )
 def test_layer_norm_kernel_where_statistics_are_unused(fn, dtype, expected):
     register_families()

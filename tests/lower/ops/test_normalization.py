@@ -76,3 +76,46 @@ def test_group_norm_with_one_channel_a_group_compiles(max_calls):
     compiled(mine).square().sum().backward()
     torch.testing.assert_close(mine.grad, leaf.grad)
     assert [max_calls.of(k) for k in ("inference", "forward", "backward")] == [1, 1, 1]
+
+
+def test_training_layer_norm_is_one_kernel_with_its_statistics(max_calls, graph_texts):
+    # A training graph reads the mean and rstd (the backward's inputs): on
+    # the CPU one kernel of ours gives them with the rows, where composed
+    # they were two MAX reductions per layer norm.
+    import torch
+
+    def norms(x, w, b, img, h):
+        aten = torch.ops.aten
+        return (
+            # 40 wide: the kernel's vector loop and its tail.
+            *aten.native_layer_norm(x, [40], w, b, 1e-5),
+            # Two normalized dims, without weight and bias, another epsilon.
+            *aten.native_layer_norm(img, [4, 6], None, None, 1e-3),
+            # Half precision is normalized in float32, as torch's kernels.
+            *aten.native_layer_norm(h, [24], w[:24].bfloat16(), None, 1e-5),
+        )
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 40) * 4 + 3
+    # Rows holding NaN and infinities give NaN rows, as eager's.
+    x[0, 1, 3] = float("nan")
+    x[1, 2, 0] = float("inf")
+    x[2, 3, :] = float("-inf")
+    w, b = torch.randn(40), torch.randn(40)
+    img = torch.randn(2, 3, 4, 6)
+    h = torch.randn(7, 24, dtype=torch.bfloat16)
+    compiled = torch.compile(
+        norms, backend="max", fullgraph=True, options={"strict": True}
+    )
+    got, want = compiled(x, w, b, img, h), norms(x, w, b, img, h)
+    for g, e in zip(got, want, strict=True):
+        half = e.dtype == torch.bfloat16
+        tolerance = {"rtol": 1.6e-2, "atol": 1e-2} if half else {}
+        torch.testing.assert_close(g, e, equal_nan=True, **tolerance)
+    # The rows holding NaN or an infinity are NaN in all three outputs.
+    for output in got[:3]:
+        assert output.reshape(15, -1)[[1, 7, 13]].isnan().all()
+    assert max_calls.of("inference") == 1
+    (text,) = graph_texts()
+    assert text.count('"torch_max_backend_layer_norm"') == 3
+    assert "rmo.mo.reduce" not in text

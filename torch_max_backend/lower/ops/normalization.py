@@ -10,6 +10,7 @@ from max.dtype import DType
 from max.graph import DeviceRef, Dim, TensorValue, ops
 
 from ...dtypes import accumulation_dtype, to_max_dtype
+from .. import norm_kernels
 from ..context import current, unread_output
 from ..kit import empty_input, outputs_read, schema_args, tensor_meta
 from ..per_channel import channel_view, normalized_channels
@@ -110,6 +111,48 @@ def _flat_affine(
     return ops.constant(np.full((size,), default, np.float32), dtype, device=device)
 
 
+def _statistics_on_cpu(node: torch.fx.Node) -> str | None:
+    """The CPU, float32 or half precision (computed in float32), a static normalized shape."""
+    args = schema_args(node)
+    meta = tensor_meta(args["input"])
+    if meta is None or meta.device.type != "cpu":
+        return "not on the CPU (our kernel is the CPU's)"
+    if meta.dtype not in _LAYER_NORM_KERNEL_DTYPES:
+        return "not float32 or half precision (float64 is computed in float64)"
+    if not all(isinstance(d, int) for d in args["normalized_shape"]):
+        return "a symbolic normalized shape"
+    return None
+
+
+def _layer_norm_statistics_kernel(
+    input: TensorValue,
+    normalized_shape: Sequence[int],
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    eps: float,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)"""
+    # One kernel of ours for the rows and their statistics (a training
+    # graph reads them), where composed they are two MAX reductions per row
+    # and the elementwise work around them, each a kernel to compile.
+    k = len(normalized_shape)
+    lead = list(input.shape)[: input.rank - k]
+    x = _rows_to_normalize(input, k)
+    width = x.shape[-1]
+    out, mean, rstd = norm_kernels.layer_norm_rows(
+        ops.reshape(x, [-1, width]),
+        _flat_affine(weight, 1.0, x.dtype, width, input.device),
+        _flat_affine(bias, 0.0, x.dtype, width, input.device),
+        eps,
+    )
+    stat_shape = [*lead] + [1] * k
+    return _in_output_dtypes(
+        ops.reshape(out, list(input.shape)),
+        ops.reshape(mean, stat_shape),
+        ops.reshape(rstd, stat_shape),
+    )
+
+
 def _layer_norm_composed(
     input: TensorValue,
     normalized_shape: Sequence[int],
@@ -138,6 +181,9 @@ native_layer_norm = lowering_strategies(
     supports=empty_input,
     candidates=[
         Strategy("layer_norm_kernel", _layer_norm_kernel, _statistics_unused),
+        Strategy(
+            "statistics_kernel", _layer_norm_statistics_kernel, _statistics_on_cpu
+        ),
         Strategy("composed", _layer_norm_composed),
     ],
 )
