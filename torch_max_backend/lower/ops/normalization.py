@@ -82,16 +82,28 @@ def _layer_norm_kernel(
     # composed, 41 s as LayerNorm ops), and each kernel costs a decode step a
     # few microseconds. Its statistics are not outputs: placeholders stand
     # in for them, which nothing reads.
-    x = _rows_to_normalize(input, len(normalized_shape))
+    x, w, b = _rows_and_affine(input, len(normalized_shape), weight, bias)
+    out = ops.layer_norm(x, w, b, eps)
+    (normalized,) = _in_output_dtypes(ops.reshape(out, list(input.shape)))
+    return normalized, unread_output(), unread_output()
+
+
+def _rows_and_affine(
+    input: TensorValue,
+    k: int,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+) -> tuple[TensorValue, TensorValue, TensorValue]:
+    """A layer norm kernel's operands: ``input`` with its last ``k`` dims
+    flattened into one, and the weight and bias as vectors of that width
+    (ones and zeros where absent)."""
+    x = _rows_to_normalize(input, k)
     width = x.shape[-1]
-    out = ops.layer_norm(
+    return (
         x,
         _flat_affine(weight, 1.0, x.dtype, width, input.device),
         _flat_affine(bias, 0.0, x.dtype, width, input.device),
-        eps,
     )
-    (normalized,) = _in_output_dtypes(ops.reshape(out, list(input.shape)))
-    return normalized, unread_output(), unread_output()
 
 
 def _flat_affine(
@@ -135,22 +147,20 @@ def _layer_norm_statistics_kernel(
     # One kernel of ours for the rows and their statistics (a training
     # graph reads them), where composed they are two MAX reductions per row
     # and the elementwise work around them, each a kernel to compile.
-    k = len(normalized_shape)
-    lead = list(input.shape)[: input.rank - k]
-    x = _rows_to_normalize(input, k)
-    width = x.shape[-1]
-    out, mean, rstd = norm_kernels.layer_norm_rows(
-        ops.reshape(x, [-1, width]),
-        _flat_affine(weight, 1.0, x.dtype, width, input.device),
-        _flat_affine(bias, 0.0, x.dtype, width, input.device),
-        eps,
-    )
-    stat_shape = [*lead] + [1] * k
+    x, w, b = _rows_and_affine(input, len(normalized_shape), weight, bias)
+    rows = ops.reshape(x, [-1, x.shape[-1]])
+    out, mean, rstd = norm_kernels.layer_norm_rows(rows, w, b, eps)
+    shape = _statistics_shape(input, len(normalized_shape))
     return _in_output_dtypes(
         ops.reshape(out, list(input.shape)),
-        ops.reshape(mean, stat_shape),
-        ops.reshape(rstd, stat_shape),
+        ops.reshape(mean, shape),
+        ops.reshape(rstd, shape),
     )
+
+
+def _statistics_shape(input: TensorValue, k: int) -> list[int | Dim]:
+    """The mean's and rstd's shape: ``input``'s with its last ``k`` dims 1."""
+    return list(input.shape)[: input.rank - k] + [1] * k
 
 
 def _layer_norm_composed(
@@ -161,19 +171,15 @@ def _layer_norm_composed(
     eps: float,
 ) -> tuple[TensorValue, TensorValue, TensorValue]:
     """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)"""
-    k = len(normalized_shape)
-    lead = list(input.shape)[: input.rank - k]
-    x = _rows_to_normalize(input, k)
+    x = _rows_to_normalize(input, len(normalized_shape))
     normalized, mean, rstd = _normalize_last(x, eps)
     out = ops.reshape(normalized, list(input.shape))
     if weight is not None:
         out = ops.mul(out, ops.cast(weight, x.dtype))
     if bias is not None:
         out = ops.add(out, ops.cast(bias, x.dtype))
-    stat_shape = [*lead] + [1] * k
-    return _in_output_dtypes(
-        out, ops.reshape(mean, stat_shape), ops.reshape(rstd, stat_shape)
-    )
+    shape = _statistics_shape(input, len(normalized_shape))
+    return _in_output_dtypes(out, ops.reshape(mean, shape), ops.reshape(rstd, shape))
 
 
 native_layer_norm = lowering_strategies(
