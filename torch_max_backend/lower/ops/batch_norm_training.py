@@ -21,7 +21,7 @@ from max.graph import TensorType, TensorValue, ops
 from ...dtypes import accumulation_dtype
 from ...kernels.library import SHIPPED, custom
 from ..context import current
-from ..gradient_outputs import in_meta_dtypes, wanted_outputs
+from ..output_meta import in_meta_dtypes, wanted_outputs
 from ..per_channel import channel_view, normalized_channels
 from ..reduced_axes import reduce_axes
 from ..registry import lowering

@@ -17,9 +17,9 @@ from ...dtypes import accumulation_dtype
 from .. import conv_columns, norm_kernels
 from ..context import current
 from ..float32_products import matmul
-from ..gradient_outputs import in_meta_dtypes, wanted_outputs
 from ..kit import arg_tensor, is_static, node_arg
 from ..opmath import accumulated
+from ..output_meta import in_meta_dtypes, wanted_outputs
 from ..reduced_axes import reduce_axes
 from ..registry import lowering
 from ..shapes import static_size

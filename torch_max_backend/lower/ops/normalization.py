@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from max.dtype import DType
 from max.graph import DeviceRef, Dim, TensorValue, ops
 
-from ...dtypes import accumulation_dtype, to_max_dtype
+from ...dtypes import accumulation_dtype
 from .. import norm_kernels
-from ..context import current, unread_output
+from ..context import unread_output
 from ..kit import empty_input, outputs_read, schema_args, tensor_meta
+from ..output_meta import in_meta_dtypes
 from ..per_channel import channel_view, normalized_channels
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor
@@ -57,13 +59,10 @@ def _rows_to_normalize(input: TensorValue, k: int) -> TensorValue:
 def _statistics_unused(node: torch.fx.Node) -> str | None:
     """Nothing reads the mean and rstd outputs (inference); float32 or half precision, a positive epsilon."""
     args = schema_args(node)
-    meta = tensor_meta(args["input"])
-    if meta is None or meta.dtype not in _LAYER_NORM_KERNEL_DTYPES:
-        return "not float32 or half precision (computed in float32)"
+    if (reason := _kernel_rows(args)) is not None:
+        return reason
     if not args["eps"] > 0:
         return "epsilon not positive (MAX's LayerNorm takes a positive one)"
-    if not all(isinstance(d, int) for d in args["normalized_shape"]):
-        return "a symbolic normalized shape"
     if outputs_read(node) - {0}:
         return "the mean or rstd is read (a training graph saves them)"
     return None
@@ -84,7 +83,7 @@ def _layer_norm_kernel(
     # in for them, which nothing reads.
     x, w, b = _rows_and_affine(input, len(normalized_shape), weight, bias)
     out = ops.layer_norm(x, w, b, eps)
-    (normalized,) = _in_output_dtypes(ops.reshape(out, list(input.shape)))
+    (normalized,) = in_meta_dtypes([ops.reshape(out, list(input.shape))])
     return normalized, unread_output(), unread_output()
 
 
@@ -127,10 +126,17 @@ def _statistics_on_cpu(node: torch.fx.Node) -> str | None:
     """The CPU, float32 or half precision (computed in float32), a static normalized shape."""
     args = schema_args(node)
     meta = tensor_meta(args["input"])
-    if meta is None or meta.device.type != "cpu":
+    if meta is not None and meta.device.type != "cpu":
         return "not on the CPU (our kernel is the CPU's)"
-    if meta.dtype not in _LAYER_NORM_KERNEL_DTYPES:
-        return "not float32 or half precision (float64 is computed in float64)"
+    return _kernel_rows(args)
+
+
+def _kernel_rows(args: dict[str, Any]) -> str | None:
+    """What both layer norm kernels need of an input: float32 or half
+    precision (normalized in float32), a static normalized shape."""
+    meta = tensor_meta(args["input"])
+    if meta is None or meta.dtype not in _LAYER_NORM_KERNEL_DTYPES:
+        return "not float32 or half precision (computed in float32)"
     if not all(isinstance(d, int) for d in args["normalized_shape"]):
         return "a symbolic normalized shape"
     return None
@@ -151,10 +157,12 @@ def _layer_norm_statistics_kernel(
     rows = ops.reshape(x, [-1, x.shape[-1]])
     out, mean, rstd = norm_kernels.layer_norm_rows(rows, w, b, eps)
     shape = _statistics_shape(input, len(normalized_shape))
-    return _in_output_dtypes(
-        ops.reshape(out, list(input.shape)),
-        ops.reshape(mean, shape),
-        ops.reshape(rstd, shape),
+    return in_meta_dtypes(
+        [
+            ops.reshape(out, list(input.shape)),
+            ops.reshape(mean, shape),
+            ops.reshape(rstd, shape),
+        ]
     )
 
 
@@ -179,7 +187,7 @@ def _layer_norm_composed(
     if bias is not None:
         out = ops.add(out, ops.cast(bias, x.dtype))
     shape = _statistics_shape(input, len(normalized_shape))
-    return _in_output_dtypes(out, ops.reshape(mean, shape), ops.reshape(rstd, shape))
+    return in_meta_dtypes([out, ops.reshape(mean, shape), ops.reshape(rstd, shape)])
 
 
 native_layer_norm = lowering_strategies(
@@ -193,23 +201,6 @@ native_layer_norm = lowering_strategies(
         Strategy("composed", _layer_norm_composed),
     ],
 )
-
-
-def _in_output_dtypes(*values: TensorValue) -> tuple[TensorValue, ...]:
-    """Each value cast to the dtype torch gives the node's output at its
-    position (the first outputs, as many as given).
-
-    A value already in that dtype is returned itself (as_tensor does not
-    cast it): ops.cast would wrap it in a new TensorValue, and the layout pass
-    knows channels-last twins by the identity of the value (a batch norm's
-    output would lose its twin).
-    """
-    meta = current().out_meta
-    assert isinstance(meta, (list, tuple))
-    return tuple(
-        as_tensor(v, to_max_dtype(m.dtype))
-        for v, m in zip(values, meta[: len(values)], strict=True)
-    )
 
 
 @lowering(aten._native_batch_norm_legit_no_training.default)
@@ -231,7 +222,7 @@ def batch_norm_inference(
     out = normalized_channels(input, running_mean, rstd, weight, bias)
     # In inference torch returns empty saved statistics.
     empty = ops.constant(np.zeros((0,), np.float32), DType.float32, device=input.device)
-    return _in_output_dtypes(out, empty, empty)
+    return in_meta_dtypes([out, empty, empty])
 
 
 @lowering(aten.native_group_norm.default)
@@ -262,8 +253,8 @@ def native_group_norm(
         out = ops.mul(out, channel_view(ops.cast(weight, dtype), input.rank))
     if bias is not None:
         out = ops.add(out, channel_view(ops.cast(bias, dtype), input.rank))
-    return _in_output_dtypes(
-        out, ops.reshape(mean, [N, group]), ops.reshape(rstd, [N, group])
+    return in_meta_dtypes(
+        [out, ops.reshape(mean, [N, group]), ops.reshape(rstd, [N, group])]
     )
 
 
@@ -303,7 +294,7 @@ def batch_norm_no_stats(
         out = ops.mul(out, channel_view(ops.cast(weight, dtype), rank))
     if bias is not None:
         out = ops.add(out, channel_view(ops.cast(bias, dtype), rank))
-    return _in_output_dtypes(out, ops.reshape(mean, [-1]), ops.reshape(rstd, [-1]))
+    return in_meta_dtypes([out, ops.reshape(mean, [-1]), ops.reshape(rstd, [-1])])
 
 
 def _evaluation_only(node: torch.fx.Node) -> str | None:
@@ -358,9 +349,4 @@ def weight_norm_interface_backward(
     grad_g = ops.div(dot, norms)
     scale = ops.div(dot, ops.mul(norms, norms))
     grad_v = ops.mul(ops.div(g, norms), ops.sub(grad, ops.mul(v, scale)))
-    meta = current().out_meta
-    assert isinstance(meta, (list, tuple))
-    return (
-        ops.cast(grad_v, to_max_dtype(meta[0].dtype)),
-        ops.cast(grad_g, to_max_dtype(meta[1].dtype)),
-    )
+    return in_meta_dtypes([grad_v, grad_g])
