@@ -203,6 +203,35 @@ native_layer_norm = lowering_strategies(
 )
 
 
+def _one_float32_dim(node: torch.fx.Node) -> str | None:
+    """float32 over the last dim (lower/passes/rms_norms.py writes these)."""
+    args = schema_args(node)
+    meta = tensor_meta(args["input"])
+    if meta is None or meta.dtype != torch.float32:
+        return "not float32 (half precision stays composed, as eager rounds it)"
+    if len(args["normalized_shape"]) != 1:
+        return "more than one normalized dim"
+    return None
+
+
+@lowering(aten.rms_norm.default, supports=_one_float32_dim)
+def rms_norm(
+    input: TensorValue,
+    normalized_shape: Sequence[int],
+    weight: TensorValue | None = None,
+    eps: float | None = None,
+) -> TensorValue:
+    """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor"""
+    # MAX's one RMS norm kernel, where the written-out norm was two.
+    if weight is None:
+        size = static_size(input.shape[-1])
+        weight = ops.constant(
+            np.ones((size,), np.float32), DType.float32, device=input.device
+        )
+    epsilon = torch.finfo(torch.float32).eps if eps is None else eps
+    return ops.rms_norm(input, weight, epsilon)
+
+
 @lowering(aten._native_batch_norm_legit_no_training.default)
 def batch_norm_inference(
     input: TensorValue,

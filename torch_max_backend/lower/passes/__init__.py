@@ -35,6 +35,7 @@ from .mutations import find_mutations, writes_input
 from .optimizer_updates import find_optimizer_updates
 from .repeated_kv import find_repeated_kv
 from .repeats import without_repeats
+from .rms_norms import with_rms_norms
 from .slot_writes import find_slot_writes
 
 __all__ = [
@@ -72,6 +73,9 @@ class GraphPass:
 # writes go to inputs that mutations chose to write in place; the inputs
 # optimizer kernels write are always among those).
 PASSES: tuple[GraphPass, ...] = (
+    # Before repeats: merging the squares of norms of one input would give
+    # their chains shared inner nodes, which rms_norms leaves written out.
+    GraphPass("rms_norms", lambda gm, found: with_rms_norms(gm), rewrites=True),
     GraphPass("repeats", lambda gm, found: without_repeats(gm), rewrites=True),
     GraphPass("optimizer_updates", find_optimizer_updates),
     GraphPass("mutations", find_mutations),
