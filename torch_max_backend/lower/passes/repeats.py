@@ -19,6 +19,8 @@ import torch
 from torch.fx.node import map_arg
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from .graph_copy import graph_copy
+
 _log = logging.getLogger("torch_max_backend.lower.repeats")
 
 
@@ -81,12 +83,7 @@ def without_repeats(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             replaced[node] = first
     if not replaced:
         return gm
-    # The caller's graph stays as it was (it may still run in PyTorch).
-    graph = torch.fx.Graph()
-    graph._codegen = gm.graph._codegen
-    copies: dict[torch.fx.Node, torch.fx.Node] = {}
-    returned, output = graph.graph_copy(gm.graph, copies, return_output_node=True)
-    graph.output(returned).meta = dict(output.meta)
+    graph, copies = graph_copy(gm)
     for node, first in replaced.items():
         copies[node].replace_all_uses_with(copies[first])
     for node in reversed(list(replaced)):

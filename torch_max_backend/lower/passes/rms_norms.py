@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .graph_copy import graph_copy
+
 _log = logging.getLogger("torch_max_backend.lower.rms_norms")
 
 aten = torch.ops.aten
@@ -124,12 +126,7 @@ def with_rms_norms(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     norms = [n for node in gm.graph.nodes if (n := _norm_at(node)) is not None]
     if not norms:
         return gm
-    # The caller's graph stays as it was (it may still run in PyTorch).
-    graph = torch.fx.Graph()
-    graph._codegen = gm.graph._codegen
-    copies: dict[torch.fx.Node, torch.fx.Node] = {}
-    returned, output = graph.graph_copy(gm.graph, copies, return_output_node=True)
-    graph.output(returned).meta = dict(output.meta)
+    graph, copies = graph_copy(gm)
     for norm in norms:
         result = copies[norm.result]
         with graph.inserting_before(result):
