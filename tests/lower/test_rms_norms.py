@@ -54,6 +54,21 @@ def test_each_written_out_norm_becomes_one_node():
         torch.testing.assert_close(got, want)
 
 
+def _norm_of_a_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    first = F.rms_norm(x, [x.shape[-1]], w, 1e-5)
+    return F.rms_norm(first, [x.shape[-1]], w.flip(0), 1e-6)
+
+
+def test_a_norm_of_a_norm_reads_the_first_norm_s_node():
+    # The second chain's input is the first chain's result, which the
+    # rewrite replaces: the second node must read the first's replacement.
+    (gm,) = aten_graphs(_norm_of_a_norm, *_inputs())
+    rewritten = with_rms_norms(gm)
+    assert _count(rewritten, aten.rms_norm.default) == 2
+    rewritten.graph.lint()
+    torch.testing.assert_close(rewritten(*_inputs())[0], gm(*_inputs())[0])
+
+
 def test_a_norm_whose_inside_is_read_or_not_float32_stays_written_out():
     (gm,) = aten_graphs(_statistics_read, *_inputs())
     assert with_rms_norms(gm) is gm

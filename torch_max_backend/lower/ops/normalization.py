@@ -211,6 +211,8 @@ def _one_float32_dim(node: torch.fx.Node) -> str | None:
         return "not float32 (half precision stays composed, as eager rounds it)"
     if len(args["normalized_shape"]) != 1:
         return "more than one normalized dim"
+    if args.get("weight") is None and not isinstance(meta.shape[-1], int):
+        return "no weight and a symbolic normalized size"
     return None
 
 
@@ -224,10 +226,7 @@ def rms_norm(
     """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor"""
     # MAX's one RMS norm kernel, where the written-out norm was two.
     if weight is None:
-        size = static_size(input.shape[-1])
-        weight = ops.constant(
-            np.ones((size,), np.float32), DType.float32, device=input.device
-        )
+        weight = _flat_affine(None, 1.0, DType.float32, input.shape[-1], input.device)
     epsilon = torch.finfo(torch.float32).eps if eps is None else eps
     return ops.rms_norm(input, weight, epsilon)
 

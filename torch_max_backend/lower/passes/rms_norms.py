@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kit import tensor_meta
 from .graph_copy import graph_copy
 
 _log = logging.getLogger("torch_max_backend.lower.rms_norms")
@@ -42,11 +43,6 @@ class _Norm:
     eps: float
     result: torch.fx.Node
     inner: tuple[torch.fx.Node, ...]
-
-
-def _meta(node: object) -> torch.Tensor | None:
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return value if isinstance(value, torch.Tensor) else None
 
 
 def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -83,7 +79,7 @@ def _is_last_dim_mean(node: torch.fx.Node, rank: int) -> bool:
 def _norm_at(square: torch.fx.Node) -> _Norm | None:
     """The norm whose chain starts at ``square``, if it is one."""
     x = _square_of(square)
-    meta = _meta(x)
+    meta = tensor_meta(x)
     if x is None or meta is None or meta.dtype != torch.float32 or meta.dim() < 1:
         return None
     mean = _only_user(square)
@@ -107,14 +103,14 @@ def _norm_at(square: torch.fx.Node) -> _Norm | None:
     if result is None or result.target is not aten.mul.Tensor:
         return None
     weight = _other(result, scaled)
-    w_meta = _meta(weight)
+    w_meta = tensor_meta(weight)
     if (
         w_meta is None
         or w_meta.dtype != torch.float32
         or list(w_meta.shape) != [meta.shape[-1]]
         or not isinstance(meta.shape[-1], int)
-        or _meta(result) is None
-        or _meta(result).shape != meta.shape
+        or tensor_meta(result) is None
+        or tensor_meta(result).shape != meta.shape
     ):
         return None
     return _Norm(x, weight, eps, result, (square, mean, add, rsqrt, scaled))
@@ -134,7 +130,7 @@ def with_rms_norms(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 aten.rms_norm.default,
                 (
                     copies[norm.x],
-                    [_meta(norm.x).shape[-1]],
+                    [tensor_meta(norm.x).shape[-1]],
                     copies[norm.weight],
                     norm.eps,
                 ),
@@ -142,6 +138,8 @@ def with_rms_norms(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         fused.meta = dict(result.meta)
         result.replace_all_uses_with(fused)
         graph.erase_node(result)
+        # A later norm of this one's result reads the new node.
+        copies[norm.result] = fused
         for node in reversed(norm.inner):
             graph.erase_node(copies[node])
     _log.debug("%d RMS norms made one node each", len(norms))
