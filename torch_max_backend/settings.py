@@ -144,6 +144,11 @@ class Settings:
             ``OMP_WAIT_POLICY=PASSIVE`` would; left alone where the user
             set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``. Process-wide
             and once: it cannot be undone in a process.
+        idle_max_poller: when a CPU graph is first compiled, look for
+            MAX's runtime polling thread (it wakes every 100 us and
+            preempts MAX's own kernels) and let it run only on idle cores
+            (Linux ``SCHED_IDLE``; runtime/max_poller.py). Process-wide and
+            once.
     """
 
     verbose: bool = False
@@ -159,6 +164,7 @@ class Settings:
     huge_pages: bool = True
     product_strategy: str = "auto"
     quiet_torch_threads: bool = True
+    idle_max_poller: bool = True
 
     # Environment variables for each field; the older PYTORCH_ spelling is kept.
     _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -175,6 +181,7 @@ class Settings:
         "huge_pages": ("TORCH_MAX_BACKEND_HUGE_PAGES",),
         "product_strategy": ("TORCH_MAX_BACKEND_PRODUCT_STRATEGY",),
         "quiet_torch_threads": ("TORCH_MAX_BACKEND_QUIET_TORCH_THREADS",),
+        "idle_max_poller": ("TORCH_MAX_BACKEND_IDLE_MAX_POLLER",),
     }
 
     @classmethod
