@@ -44,9 +44,11 @@ _MIN_WAKES_PER_S = 1000
 # FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG (0x89) with a timeout.
 _FUTEX_SYSCALLS = {"202", "98"}
 _TIMED_WAIT_OP = 0x89
-# How long after the first CPU graph is compiled the poller is looked for:
-# it starts at the first execute, which may come well after the compile.
-_LOOK_EVERY_S = (0.25,) * 40 + (5.0,) * 120
+# The pauses between looks for the poller, from the first CPU graph's
+# compile on: it starts at the first execute, usually right after (a model
+# of 2 ms calls has run hundreds of them within a second), at times minutes
+# later (a graph compiled in the background while its calls run in PyTorch).
+_LOOK_EVERY_S = (0.02,) * 50 + (0.25,) * 40 + (5.0,) * 120
 
 
 def _supported() -> bool:
