@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -46,7 +47,7 @@ def test_the_poller_is_found_and_idled_and_nothing_else(max_calls):
     workers = [
         tid
         for tid in others
-        if open(f"/proc/self/task/{tid}/comm").read().startswith("\U0001f525")
+        if Path(f"/proc/self/task/{tid}/comm").read_text().startswith("\U0001f525")
     ]
     assert workers, "MAX's workers are named as the search expects"
 
