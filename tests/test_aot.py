@@ -98,6 +98,33 @@ def test_run_in_a_fresh_process_never_imports_torch(package, tmp_path, monkeypat
     assert report["latency_ms"]["iters"] == 3
 
 
+_FRESH_POLLER = """
+import json, os, sys
+import numpy as np
+from torch_max_backend.aot.runner import load
+from torch_max_backend.runtime import max_poller
+model = load(sys.argv[1])
+model.run(np.zeros((2, 1024), np.float32))
+idled = max_poller.idled(timeout=60)
+print(json.dumps({"idled": [os.sched_getscheduler(t) == os.SCHED_IDLE for t in idled],
+                  "torch": "torch" in sys.modules}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE")
+def test_the_runner_idles_max_s_polling_thread_too(package):
+    """The runner, without torch, keeps MAX's poller off the cores as the
+    backend does (runtime/max_poller.py)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_POLLER, str(package)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"idled": [True], "torch": False}
+
+
 def _copy(package: Path, tmp_path: Path) -> Path:
     import shutil
 

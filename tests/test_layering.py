@@ -32,6 +32,9 @@ ROOMS: dict[str, str] = {
     "lower.builder": "builder",
     "runtime": "runtime",
     "runtime.mojo_eager": "kernel_runtime",
+    # MAX's polling thread idled: the compile pipeline and the export runner
+    # (no torch) both use it, so it imports nothing but the base.
+    "runtime.max_poller": "cpu_threads",
     "kernel_ops": "kernel_op",
     "pipeline": "pipeline",
     "pipeline.handoff": "placement",
@@ -63,15 +66,16 @@ ALLOWED: dict[str, set[str]] = {
     "passes": _BELOW_LOWER | {"lower", "passes"},
     "builder": _LOWER,
     "runtime": {"base", "plan", "storage", "runtime"},
+    "cpu_threads": {"base"},
     "kernel_runtime": {"base", "plan", "storage", "kernel_build", "runtime"},
     "kernel_op": _LOWER | {"kernel_runtime"},
     "placement": {"base", "plan", "builder", "placement"},
     "explain": {"base", "plan", "lower", "builder", "placement"},
     "export_format": set(),
-    "export_runner": {"base", "storage", "export_format"},
+    "export_runner": {"base", "storage", "export_format", "cpu_threads"},
     "export": _LOWER | {"export_format", "export"},
-    "pipeline": _LOWER | {"runtime", "placement", "pipeline"},
-    "backend": _LOWER | {"runtime", "placement", "pipeline"},
+    "pipeline": _LOWER | {"runtime", "cpu_threads", "placement", "pipeline"},
+    "backend": _LOWER | {"runtime", "cpu_threads", "placement", "pipeline"},
     "cli": set(ROOMS.values()),
     "api": {"base", "lower"},
 }
@@ -81,6 +85,7 @@ FORBIDDEN_LIBRARIES: dict[str, set[str]] = {
     "plan": {"torch", "max", "sympy"},
     "export_format": {"torch", "max"},
     "export_runner": {"torch"},
+    "cpu_threads": {"torch", "max"},
     "base": {"max.engine"},
 }
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime import max_poller
 from ..storage.cache_dir import max_version
 from .manifest import GRAPH, WEIGHTS, Manifest, PackageError, TensorSpec
 
@@ -113,6 +114,9 @@ class LoadedModel:
             self.device = Accelerator(n)
         else:
             self.device = CPU()
+            # MAX's polling thread, which starts at the first run, would take
+            # cores from the package's kernels (runtime/max_poller.py).
+            max_poller.idle_poller()
         try:
             arrays = load_file(str(self.path / WEIGHTS))
         except Exception as e:  # safetensors raises its own error types

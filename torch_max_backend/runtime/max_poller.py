@@ -18,7 +18,9 @@ The thread has no name of its own and MAX offers no handle to it, so it is
 found by what it does: a native thread (not one of Python's, not one of
 MAX's workers) that wakes at least a thousand times a second and sleeps in a
 timed futex wait. Nothing else is touched; without ``/proc`` or
-``SCHED_IDLE`` (not Linux) nothing is done.
+``SCHED_IDLE`` (not Linux) nothing is done. The compile pipeline and the
+export runner (which has no torch) both start the search, so this module
+imports nothing of ours but the base.
 """
 
 from __future__ import annotations
