@@ -92,3 +92,14 @@ def test_the_setting_and_its_variable(monkeypatch):
     assert not Settings.resolve({"idle_max_poller": False}).idle_max_poller
     monkeypatch.setenv("TORCH_MAX_BACKEND_IDLE_MAX_POLLER", "0")
     assert not Settings.resolve().idle_max_poller
+
+
+def test_the_search_goes_on_until_the_poller_starts():
+    """A first execute may come long after the first compile (a graph that
+    compiles in the background for many minutes): the search keeps looking,
+    more rarely, until the poller appears."""
+    looks = iter([[]] * 500 + [[4242]])
+    pauses: list[float] = []
+    assert max_poller.search(pauses.append, lambda: next(looks)) == [4242]
+    assert len(pauses) == 501
+    assert pauses[0] < 0.1 and 5.0 < pauses[-1] <= 60.0

@@ -25,9 +25,11 @@ imports nothing of ours but the base.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 from .. import logs
 
@@ -46,11 +48,18 @@ _MIN_WAKES_PER_S = 1000
 # FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG (0x89) with a timeout.
 _FUTEX_SYSCALLS = {"202", "98"}
 _TIMED_WAIT_OP = 0x89
+
+
 # The pauses between looks for the poller, from the first CPU graph's
 # compile on: it starts at the first execute, usually right after (a model
-# of 2 ms calls has run hundreds of them within a second), at times minutes
-# later (a graph compiled in the background while its calls run in PyTorch).
-_LOOK_EVERY_S = (0.02,) * 50 + (0.25,) * 40 + (5.0,) * 120
+# of 2 ms calls has run hundreds of them within a second), at times many
+# minutes later (a graph compiled in the background while its calls run in
+# PyTorch), so the looks go on, every 30 s after the first ten minutes,
+# until it is found. A look is a 20 ms sample of a few /proc files.
+def _pauses() -> Iterator[float]:
+    return itertools.chain(
+        (0.02,) * 50, (0.25,) * 40, (5.0,) * 120, itertools.repeat(30.0)
+    )
 
 
 def _supported() -> bool:
@@ -133,18 +142,26 @@ def _idle(tids: list[int]) -> list[int]:
     return done
 
 
-def _look() -> None:
-    for pause in _LOOK_EVERY_S:
-        time.sleep(pause)
-        pollers = find_pollers()
+def search(
+    sleep: Callable[[float], None] = time.sleep,
+    find: Callable[[], list[int]] = find_pollers,
+) -> list[int]:
+    """Look for the poller after each of ``_pauses()`` until it is found."""
+    for pause in _pauses():
+        sleep(pause)
+        pollers = find()
         if pollers:
-            _idled.extend(_idle(pollers))
-            _log.info(
-                "torch-max-backend: MAX's polling thread %s now runs only on "
-                "idle cores (SCHED_IDLE)",
-                _idled,
-            )
-            break
+            return pollers
+    return []
+
+
+def _look() -> None:
+    _idled.extend(_idle(search()))
+    _log.info(
+        "torch-max-backend: MAX's polling thread %s now runs only on idle "
+        "cores (SCHED_IDLE)",
+        _idled,
+    )
     _found.set()
 
 
