@@ -157,11 +157,12 @@ def search(
 
 def _look() -> None:
     _idled.extend(_idle(search()))
-    _log.info(
-        "torch-max-backend: MAX's polling thread %s now runs only on idle "
-        "cores (SCHED_IDLE)",
-        _idled,
-    )
+    if _idled:  # else _idle said why
+        _log.info(
+            "torch-max-backend: MAX's polling thread %s now runs only on idle "
+            "cores (SCHED_IDLE)",
+            _idled,
+        )
     _found.set()
 
 
