@@ -51,7 +51,7 @@ def test_the_split_adds_up_to_the_instrumented_call():
     }
     lines = call_split.describe(figures)
     shares = {line.strip().split("  ")[0]: line for line in lines[2:]}
-    assert "0.200 ms" in shares["Dynamo (guards, frame)"]
+    assert "0.200 ms" in shares["outside our backend (Dynamo)"]
     assert "0.100 ms" in shares["our call path"]
     assert "66.7%" in shares["MAX execute"]
     assert "481" in lines[1] and "1 switched" in lines[1]
