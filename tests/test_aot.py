@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,6 +124,22 @@ def test_the_runner_idles_max_s_polling_thread_too(package):
     )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"idled": [True], "torch": False}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE")
+def test_the_runner_leaves_the_poller_alone_when_the_setting_is_off(package):
+    """TORCH_MAX_BACKEND_IDLE_MAX_POLLER=0 holds for the runner too."""
+    env = {**os.environ, "TORCH_MAX_BACKEND_IDLE_MAX_POLLER": "0"}
+    script = _FRESH_POLLER.replace("timeout=60", "timeout=2")
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(package)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"idled": [], "torch": False}
 
 
 def _copy(package: Path, tmp_path: Path) -> Path:

@@ -185,6 +185,12 @@ class Settings:
     }
 
     @classmethod
+    def env_flag_of(cls, key: str) -> bool | None:
+        """An on/off setting as its environment variable sets it, None when
+        unset: for code that has no compile options (the AOT runner)."""
+        return env_flag(*cls._ENV[key])
+
+    @classmethod
     def resolve(cls, options: object = None, mode: str | None = None) -> Settings:
         """Settings from ``mode``, then ``options``, then the environment."""
         # ``options`` comes from the user: typed ``object`` and checked here.

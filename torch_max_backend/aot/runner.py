@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime import max_poller
+from ..settings import Settings
 from ..storage.cache_dir import max_version
 from .manifest import GRAPH, WEIGHTS, Manifest, PackageError, TensorSpec
 
@@ -115,8 +116,10 @@ class LoadedModel:
         else:
             self.device = CPU()
             # MAX's polling thread, which starts at the first run, would take
-            # cores from the package's kernels (runtime/max_poller.py).
-            max_poller.idle_poller()
+            # cores from the package's kernels (runtime/max_poller.py); the
+            # variable that turns it off for compiled graphs holds here too.
+            if Settings.env_flag_of("idle_max_poller") is not False:
+                max_poller.idle_poller()
         try:
             arrays = load_file(str(self.path / WEIGHTS))
         except Exception as e:  # safetensors raises its own error types
