@@ -46,6 +46,30 @@ def _last_level_cache() -> str:
     return best[1]
 
 
+def _family_model(info: dict[str, str]) -> str | None:
+    """ "family 6 model 106": under a hypervisor the model name can be a
+    generic "Intel(R) Xeon(R) Processor" for every generation."""
+    family, model = info.get("cpu family"), info.get("model")
+    return f"family {family} model {model}" if family and model else None
+
+
+def _vector_units(info: dict[str, str]) -> str | None:
+    """The widest vector and matrix units the CPU offers, which decide whose
+    kernels win: "AVX-512 and AMX", "AVX-512", "AVX2"."""
+    flags = set(info.get("flags", "").split())
+    widest = next(
+        (
+            name
+            for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"))
+            if flag in flags
+        ),
+        None,
+    )
+    if widest and "amx_tile" in flags:
+        return f"{widest} and AMX"
+    return widest
+
+
 def _readable(size: str) -> str:
     """ "L3 32768K" as "L3 32 MiB"."""
     level, _, amount = size.partition(" ")
@@ -66,6 +90,8 @@ def machine() -> dict[str, Any]:
     return {
         "cpu": info.get("model name", platform.processor()),
         "cpu_vendor": _VENDORS.get(info.get("vendor_id", ""), info.get("vendor_id")),
+        "cpu_family_model": _family_model(info),
+        "cpu_vector_units": _vector_units(info),
         "last_level_cache": _readable(_last_level_cache()),
         "cores": os.cpu_count(),
         "memory_gib": round(memory / 2**30, 1),
@@ -78,9 +104,17 @@ def machine() -> dict[str, Any]:
 
 
 def cpu_line(m: dict[str, Any]) -> str:
-    """``AMD EPYC (AMD, L3 32 MiB), 2 cores, 23.4 GiB``."""
-    vendor, cache = m.get("cpu_vendor", "?"), m.get("last_level_cache", "?")
-    return f"{m['cpu']} ({vendor}, {cache}), {m['cores']} cores, {m['memory_gib']} GiB"
+    """``AMD EPYC (AMD, family 26 model 2, AVX-512, L3 32 MiB), 2 cores,
+    23.4 GiB``; figures saved before the family and units were recorded lack
+    them."""
+    about = [
+        m.get("cpu_vendor") or "?",
+        m.get("cpu_family_model"),
+        m.get("cpu_vector_units"),
+        m.get("last_level_cache") or "?",
+    ]
+    described = ", ".join(part for part in about if part)
+    return f"{m['cpu']} ({described}), {m['cores']} cores, {m['memory_gib']} GiB"
 
 
 @contextlib.contextmanager

@@ -191,3 +191,31 @@ def test_the_mobilenet_step_is_issue_59_s_case_and_runs_when_named(monkeypatch):
     time_to_max.main(["--models", "mlp-train"])  # every setting by default
     assert measured == [("mlp-train", s) for s in ("off", "updates", "on")]
     assert time_to_max.SETTINGS["updates"] == Settings().background_compile
+
+
+def test_the_cpu_line_tells_apart_intel_machines_that_share_a_model_name(monkeypatch):
+    """Under a hypervisor two Intel generations can both report "Intel(R)
+    Xeon(R) Processor": the family, model and widest vector units say which."""
+    from benchmarks import machine as machine_module
+
+    flags = "fpu sse avx2 avx512f avx512bw"
+    info = {
+        "vendor_id": "GenuineIntel",
+        "model name": "Intel(R) Xeon(R) Processor @ 2.60GHz",
+        "cpu family": "6",
+        "model": "106",
+        "flags": flags,
+    }
+    monkeypatch.setattr(machine_module, "_cpuinfo", lambda: dict(info))
+    ice_lake = machine_module.cpu_line(machine_module.machine())
+    assert "(Intel, family 6 model 106, AVX-512, L3" in ice_lake
+    monkeypatch.setattr(
+        machine_module,
+        "_cpuinfo",
+        lambda: {**info, "model": "143", "flags": flags + " amx_tile amx_bf16"},
+    )
+    sapphire = machine_module.cpu_line(machine_module.machine())
+    assert "(Intel, family 6 model 143, AVX-512 and AMX, L3" in sapphire
+    # Figures saved before these fields existed still print.
+    old = _results("AMD")["machine"]
+    assert machine_module.cpu_line(old).startswith("Test AMD CPU (AMD, L3 32 MiB)")
