@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -38,7 +39,7 @@ from tabulate import tabulate
 from benchmarks import bandwidth
 from benchmarks.child import ChildFailed, child_json
 from benchmarks.decode_docs import docs_markers, machine_line, markdown
-from benchmarks.docs_sections import replace_section, vendor_label
+from benchmarks.docs_sections import command_line, replace_section, vendor_label
 from benchmarks.machine import machine, product_timings_carried
 
 BACKENDS = ("eager", "inductor", "max")
@@ -335,6 +336,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--torch-threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.command = command_line(
+        "benchmarks.decode", sys.argv[1:] if argv is None else argv
+    )
     if args.child:
         name, backend = args.child.split(":")
         print(json.dumps(_measure(name, backend, args)), flush=True)

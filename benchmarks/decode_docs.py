@@ -40,8 +40,7 @@ def markdown(
             begin,
             f"## Decoding on {vendor}: transformers' generate() with a static KV cache",
             "",
-            f"`python -m benchmarks.decode --docs`, {minutes:.0f} minutes on "
-            f"{machine_line()}.",
+            f"`{args.command}`, {minutes:.0f} minutes on {machine_line()}.",
             "",
             f"Prompt {args.prompt} tokens, {args.new_tokens} new tokens, greedy, "
             "random weights; GPT-2 small (124M parameters, LM head tied to the "

@@ -16,6 +16,22 @@ def vendor_label(machine: dict[str, object]) -> str:
     return str(machine.get("cpu_vendor") or "unknown")
 
 
+def command_line(module: str, argv: list[str]) -> str:
+    """The command that reruns a benchmark as it ran, for the section's date
+    line: its options as given, but where it wrote its JSON (a path on the
+    machine that ran it) left out."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--json":
+            skip = True
+        elif not arg.startswith("--json="):
+            kept.append(arg)
+    return " ".join(["python -m", module, *kept])
+
+
 def markers(kind: str, vendor: str, command: str) -> tuple[str, str]:
     """The comment lines that open and close ``kind``'s section for ``vendor``."""
     return (

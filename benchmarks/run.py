@@ -31,6 +31,7 @@ from tabulate import tabulate
 
 from benchmarks import bandwidth, cases, report
 from benchmarks.child import ChildFailed, child_json
+from benchmarks.docs_sections import command_line
 from benchmarks.machine import cpu_line, machine, product_timings_carried
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,7 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     call = overhead(args)
     results = {
         "machine": here,
-        "command": "python -m benchmarks.run " + " ".join(argv or sys.argv[1:]),
+        "command": command_line(
+            "benchmarks.run", sys.argv[1:] if argv is None else argv
+        ),
         "duration_s": time.perf_counter() - start,
         "rows": rows,
         "overhead": call,

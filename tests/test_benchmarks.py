@@ -219,3 +219,18 @@ def test_the_cpu_line_tells_apart_intel_machines_that_share_a_model_name(monkeyp
     # Figures saved before these fields existed still print.
     old = _results("AMD")["machine"]
     assert machine_module.cpu_line(old).startswith("Test AMD CPU (AMD, L3 32 MiB)")
+
+
+def test_a_docs_section_names_the_command_that_reproduces_it():
+    """The command a table is dated with is the one to rerun: its own
+    options kept, where the run wrote its JSON (a local path) left out."""
+    from benchmarks.docs_sections import command_line
+
+    argv = ["--caches", "user", "--docs", "--json", "/tmp/x.json"]
+    assert command_line("benchmarks.run", argv) == (
+        "python -m benchmarks.run --caches user --docs"
+    )
+    assert command_line("benchmarks.run", ["--json=/tmp/x.json", "--docs"]) == (
+        "python -m benchmarks.run --docs"
+    )
+    assert command_line("benchmarks.decode", []) == "python -m benchmarks.decode"

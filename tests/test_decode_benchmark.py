@@ -114,3 +114,20 @@ def test_first_token_table_reads_full_and_first_only_runs():
     }
     (row,) = decode._first_token_rows(results, "1")
     assert row == ["llama", "2.0", "2.0", "1.2", "2.0", "3.0", "-"]
+
+
+def test_the_decode_section_names_the_options_it_ran_with():
+    import argparse
+
+    from benchmarks import decode_docs
+
+    args = argparse.Namespace(
+        prompt=32,
+        new_tokens=32,
+        runs=5,
+        batches=[1, 8],
+        command="python -m benchmarks.decode --caches user --docs",
+    )
+    read = {"gbps": 20.0, "how": "torch.sum"}
+    text = decode_docs.markdown(("speed", "first"), args, read, 14.0)
+    assert "`python -m benchmarks.decode --caches user --docs`, 14 minutes" in text
