@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -336,13 +335,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--torch-threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.command = command_line(
-        "benchmarks.decode", sys.argv[1:] if argv is None else argv
-    )
     if args.child:
         name, backend = args.child.split(":")
         print(json.dumps(_measure(name, backend, args)), flush=True)
         return
+    args.command = command_line("benchmarks.decode", argv)
     started = time.perf_counter()
     print(f"machine: {machine_line()}", flush=True)
     read = bandwidth.measure()

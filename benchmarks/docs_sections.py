@@ -8,6 +8,7 @@ leaves the other's alone. History lives in git.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -16,13 +17,13 @@ def vendor_label(machine: dict[str, object]) -> str:
     return str(machine.get("cpu_vendor") or "unknown")
 
 
-def command_line(module: str, argv: list[str]) -> str:
+def command_line(module: str, argv: list[str] | None = None) -> str:
     """The command that reruns a benchmark as it ran, for the section's date
-    line: its options as given, but where it wrote its JSON (a path on the
-    machine that ran it) left out."""
+    line: its options as given (this process's own when ``argv`` is None),
+    but where it wrote its JSON (a path on the machine that ran it) left out."""
     kept: list[str] = []
     skip = False
-    for arg in argv:
+    for arg in sys.argv[1:] if argv is None else argv:
         if skip:
             skip = False
         elif arg == "--json":

@@ -162,9 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     call = overhead(args)
     results = {
         "machine": here,
-        "command": command_line(
-            "benchmarks.run", sys.argv[1:] if argv is None else argv
-        ),
+        "command": command_line("benchmarks.run", argv),
         "duration_s": time.perf_counter() - start,
         "rows": rows,
         "overhead": call,

@@ -221,7 +221,7 @@ def test_the_cpu_line_tells_apart_intel_machines_that_share_a_model_name(monkeyp
     assert machine_module.cpu_line(old).startswith("Test AMD CPU (AMD, L3 32 MiB)")
 
 
-def test_a_docs_section_names_the_command_that_reproduces_it():
+def test_a_docs_section_names_the_command_that_reproduces_it(monkeypatch):
     """The command a table is dated with is the one to rerun: its own
     options kept, where the run wrote its JSON (a local path) left out."""
     from benchmarks.docs_sections import command_line
@@ -234,3 +234,7 @@ def test_a_docs_section_names_the_command_that_reproduces_it():
         "python -m benchmarks.run --docs"
     )
     assert command_line("benchmarks.decode", []) == "python -m benchmarks.decode"
+
+    # Without arguments given, this process's own.
+    monkeypatch.setattr("sys.argv", ["decode.py", "--docs", "--json", "/tmp/x.json"])
+    assert command_line("benchmarks.decode") == "python -m benchmarks.decode --docs"
