@@ -62,7 +62,15 @@ AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 BACKGROUND_UPDATES = "updates"
 # How a float32 product on the CPU is built (lower/product_choice.py): timed
 # per machine and shape, the fixed rules, or one strategy wherever it fits.
-PRODUCT_STRATEGIES = ("auto", "rule", "row_sums", "skinny", "matmul", "vendor")
+PRODUCT_STRATEGIES = (
+    "auto",
+    "rule",
+    "row_sums",
+    "skinny",
+    "matmul",
+    "vendor",
+    "tiled",
+)
 
 
 def check_mode(mode: str | None) -> None:

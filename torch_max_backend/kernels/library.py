@@ -189,3 +189,6 @@ def _import(library: MojoLibrary) -> None:
 
 # The kernels torch-max-backend's own lowerings use.
 SHIPPED = MojoLibrary("torch_max_backend_kernels", Path(__file__).parent / "mojo")
+# The register-tiled product kernel: a library of its own, so that only graphs
+# with such a product carry it, and editing it rebuilds no other graph.
+TILED = MojoLibrary("torch_max_backend_tiled", Path(__file__).parent / "mojo_tiled")

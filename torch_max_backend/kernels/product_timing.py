@@ -9,7 +9,8 @@ product strategies that build them (lower/ops/linalg.py):
 - ``matmul``: MAX's matmul kernel;
 - ``skinny``: our few-rows kernel (kernels/mojo/skinny_matmul.mojo);
 - ``row_sums``: one row times each stored weight row, summed;
-- ``vendor``: the vendor BLAS through our kernel (vendor_blas.py).
+- ``vendor``: the vendor BLAS through our kernel (vendor_blas.py);
+- ``tiled``: our register-tiled kernel (kernels/mojo_tiled/tiled_matmul.mojo).
 
 W is stored [K, N], or [N, K] (``weight_nk``: a Linear's weight, read
 transposed). The forms run interleaved, round after round, and each keeps
@@ -30,10 +31,10 @@ from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 
 from .. import logs
-from .library import SHIPPED, MojoLibrary, custom
+from .library import SHIPPED, TILED, MojoLibrary, custom
 from .vendor_blas import VENDOR_KERNELS, vendor_blas
 
-FORMS = ("row_sums", "skinny", "matmul", "vendor")
+FORMS = ("row_sums", "skinny", "matmul", "vendor", "tiled")
 # Rounds at least, and the time they may take together, per shape.
 _MIN_ROUNDS = 5
 _BUDGET_S = 0.5
@@ -79,6 +80,8 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
         return _row_sums
     if form == "skinny":
         return _custom(SHIPPED, "torch_max_backend_skinny_matmul", rows=0)
+    if form == "tiled":
+        return _custom(TILED, "torch_max_backend_tiled_matmul")
     if form == "vendor":
         found = vendor_blas()
         if found is None:

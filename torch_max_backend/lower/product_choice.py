@@ -50,6 +50,12 @@ MIN_TIMED_WORK = 1 << 18
 # Graphs that leave this machine (exported packages) never call the vendor
 # library: its path is this machine's, and the AOT runner's machine may lack it.
 VENDOR = "vendor"
+# Forms only product_strategy names. Our tiled kernel runs a product as fast
+# as MAX's matmul in a timing graph (which reruns it on operands its caches
+# hold) but a training step built on it took 8-15 % longer, while its graphs
+# compiled in half the time (docs/benchmarks.md, "The tiled kernel"): a
+# timing would pick it where a step loses.
+UNTIMED = frozenset({"tiled"})
 _portable: ContextVar[bool] = ContextVar("max_portable_products", default=False)
 
 
@@ -145,7 +151,7 @@ def choose_by_measurement(
         work = math.prod((shape.rows, shape.k, shape.n))
         if work < MIN_TIMED_WORK:
             return fitting[0]
-        names = list(by_name)
+        names = [name for name in by_name if name not in UNTIMED]
         if work <= SUMMED_PRODUCT_LIMIT:
             # Such a "matmul" may be built as a summed product, whose speed the
             # timing graph (MAX's matmul) does not tell.

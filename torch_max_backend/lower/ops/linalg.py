@@ -11,7 +11,7 @@ from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
 from ...kernels import vendor_blas
-from ...kernels.library import SHIPPED, custom
+from ...kernels.library import SHIPPED, TILED, custom
 from ..context import current
 from ..kit import (
     arg_tensor,
@@ -163,6 +163,27 @@ def vendor_fits(node: torch.fx.Node) -> str | None:
     return None
 
 
+def tiled_fits(node: torch.fx.Node) -> str | None:
+    """float32 rows (any count) times a 2-d weight with static sizes on the CPU (our register-tiled Mojo kernel, quick to compile); chosen only by product_strategy='tiled', never by rule or timing."""
+    rows, weight_node = _operands(node)
+    return _cpu_float32_static(rows, fake_tensor(weight_node))
+
+
+def _tiled_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
+    # Compiles in seconds where a graph's first MAX matmul costs about 50 s
+    # (kernels/mojo_tiled/tiled_matmul.mojo).
+    stored, stored_nk = _stored_weight(mat2)
+    (result,) = custom(
+        TILED,
+        "torch_max_backend_tiled_matmul",
+        [rows, stored],
+        [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
+        rows.device,
+        parameters={"weight_nk": stored_nk},
+    )
+    return result
+
+
 def product_shape(node: torch.fx.Node) -> ProductShape | None:
     """The sizes a product's strategies are timed at (a symbolic row count
     by the value it was captured with)."""
@@ -219,6 +240,11 @@ def _mm_by_vendor(self: TensorValue, mat2: TensorValue) -> TensorValue:
     return _vendor_product(self, mat2)
 
 
+def _mm_by_tiled_kernel(self: TensorValue, mat2: TensorValue) -> TensorValue:
+    """mm(Tensor self, Tensor mat2) -> Tensor"""
+    return _tiled_product(self, mat2)
+
+
 # Which fitting strategy builds a product: measured per machine and shape.
 _choose = choose_by_measurement(product_shape)
 
@@ -230,6 +256,7 @@ mm = lowering_strategies(
         Strategy("skinny", _mm_by_skinny_kernel, few_rows_times_large_weight),
         Strategy("matmul", _mm),
         Strategy("vendor", _mm_by_vendor, vendor_fits),
+        Strategy("tiled", _mm_by_tiled_kernel, tiled_fits),
     ],
     choose=_choose,
 )
@@ -271,6 +298,7 @@ addmm = lowering_strategies(
         ),
         Strategy("matmul", _addmm_by(product)),
         Strategy("vendor", _addmm_by(_vendor_product), vendor_fits),
+        Strategy("tiled", _addmm_by(_tiled_product), tiled_fits),
     ],
     choose=_choose,
 )

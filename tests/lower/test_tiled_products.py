@@ -1,0 +1,164 @@
+"""Our register-tiled product kernel (kernels/mojo_tiled) against eager: every
+layout and edge it handles, a batch counted at run time, gradients through
+it, and its place among the timed forms."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torch_max_backend import explain, max_backend
+from torch_max_backend.lower import product_choice
+from torch_max_backend.lower.families import register_families
+from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
+from torch_max_backend.storage import product_choices
+
+aten = torch.ops.aten
+KERNEL = "torch_max_backend_tiled_matmul"
+
+
+def _products(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A Linear's weight [N, K] with a bias, a weight [K, N], rows read
+    transposed, K empty (both layouts), one row, and a float64 product, which
+    the kernel does not take."""
+    x, w_nk, bias, w_kn, xt, empty_x, empty_w, row, x64, w64 = inputs
+    return (
+        F.linear(x, w_nk, bias),
+        torch.mm(x, w_kn),
+        torch.mm(xt.t(), w_kn),
+        torch.mm(empty_x, empty_w),
+        F.linear(empty_x, empty_w.t()),
+        F.linear(row, w_nk),
+        torch.mm(x64, w64),
+    )
+
+
+def _product_inputs() -> tuple[torch.Tensor, ...]:
+    # Sizes off every tile: 13 rows (tiles of 6 and 4), K 37 (vectors of 16
+    # or 8), N 70 (panels of 64, blocks of 6).
+    torch.manual_seed(0)
+    return (
+        torch.randn(13, 37),
+        torch.randn(70, 37),
+        torch.randn(70),
+        torch.randn(37, 70),
+        torch.randn(37, 13),
+        torch.randn(4, 0),
+        torch.randn(0, 6),
+        torch.randn(1, 37),
+        torch.randn(3, 5, dtype=torch.float64),
+        torch.randn(5, 2, dtype=torch.float64),
+    )
+
+
+def test_the_tiled_kernel_matches_eager_in_every_layout(
+    monkeypatch, max_calls, graph_texts
+):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    inputs = _product_inputs()
+    compiled = torch.compile(
+        _products, backend=max_backend, options={"product_strategy": "tiled"}
+    )
+    for got, want in zip(compiled(*inputs), _products(*inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert max_calls.count == 1
+    (text,) = graph_texts()
+    # Every float32 product in our kernel (the empty sums too: it writes the
+    # zeros itself); the float64 one as the rules build it.
+    assert text.count(KERNEL) == 6
+    assert "mo.matmul" not in text
+    report = explain(_products, *inputs, options={"product_strategy": "tiled"})
+    strategies = [op.strategies for op in report.graphs[0].ops if op.strategies]
+    # addmm (the Linear with a bias) and five float32 mm's in the kernel; the
+    # float64 mm by the rules' strategy.
+    assert sorted(strategies, key=len) == [{"tiled": 1}, {"matmul": 1, "tiled": 5}]
+
+
+def test_the_tiled_kernel_counts_a_symbolic_batch_at_run_time(
+    monkeypatch, max_calls, graph_texts
+):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(37, 70).eval()
+    compiled = torch.compile(
+        layer, backend=max_backend, options={"product_strategy": "tiled"}
+    )
+    for rows in (3, 7, 13):
+        x = torch.randn(rows, 37)
+        torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
+    assert max_calls.count == 3
+    (text,) = graph_texts()  # one graph for every batch
+    assert KERNEL in text
+
+
+def test_gradients_through_the_tiled_kernel_match_eager(monkeypatch, graph_texts):
+    """A backward's products read a transposed gradient and a [K, N] input."""
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(37, 70), torch.nn.ReLU(), torch.nn.Linear(70, 5)
+    )
+    twin = torch.nn.Sequential(
+        torch.nn.Linear(37, 70), torch.nn.ReLU(), torch.nn.Linear(70, 5)
+    )
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(13, 37)
+    compiled = torch.compile(
+        model, backend=max_backend, options={"product_strategy": "tiled"}
+    )
+    compiled(x).square().sum().backward()
+    twin(x).square().sum().backward()
+    for got, want in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4)
+    forward, backward = graph_texts()
+    assert forward.count(KERNEL) == 2
+    # Two weights' gradients and the second layer's input gradient (x
+    # needs none).
+    assert backward.count(KERNEL) == 3
+    assert "mo.matmul" not in forward + backward
+
+
+@pytest.fixture
+def choice_table(monkeypatch, tmp_path):
+    """An empty table of timed choices in the test's own directory."""
+    monkeypatch.setattr(product_choices, "own_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(product_choice, "_table", None)
+    yield
+    product_choice._table = None
+
+
+@pytest.mark.measured_products
+def test_the_tiled_kernel_is_timed_against_maxs_matmul(choice_table):
+    """Timing checks its result against MAX's matmul's before timing it."""
+    forms = ["matmul", "tiled"]
+    shape = product_choice.ProductShape(rows=64, k=256, n=384, weight_nk=False)
+    best = product_choice.measured(shape, forms)
+    assert best in forms
+    entry = product_choice._choices().get(shape.key(forms))
+    assert set(entry["us"]) == set(forms)
+    assert all(t > 0 for t in entry["us"].values())
+
+
+@pytest.mark.measured_products
+def test_auto_leaves_the_tiled_kernel_untimed(monkeypatch, choice_table):
+    """It wins timings it loses inside a step (product_choice.UNTIMED)."""
+    register_families()
+    from torch_max_backend.kernels import product_timing
+
+    timed = []
+
+    def fake_timing(rows, k, n, weight_nk, forms):
+        timed.append(tuple(forms))
+        return {form: 1.0 for form in forms}
+
+    monkeypatch.setattr(product_timing, "time_forms", fake_timing)
+    gm = make_fx(F.linear, tracing_mode="fake")(
+        torch.zeros(64, 512), torch.zeros(768, 512)
+    )
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    assert strategy_for(MAPPING_TORCH_ATEN_TO_MAX[node.target], node) != "tiled"
+    assert timed and all("tiled" not in forms for forms in timed)
