@@ -11,7 +11,7 @@ from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
 from ...kernels import vendor_blas
-from ...kernels.library import SHIPPED, TILED, custom
+from ...kernels.library import SHIPPED, TILED, MojoLibrary, Parameter, custom
 from ..context import current
 from ..kit import (
     arg_tensor,
@@ -133,23 +133,42 @@ def _stored_weight(mat2: TensorValue) -> tuple[TensorValue, bool]:
     return (ops.transpose(mat2, 0, 1) if stored_nk else mat2), stored_nk
 
 
+def _kernel_product(
+    library: MojoLibrary,
+    kernel: str,
+    rows: TensorValue,
+    mat2: TensorValue,
+    /,
+    **parameters: Parameter,
+) -> TensorValue:
+    """``rows @ mat2`` by one of our product kernels, which reads the weight
+    where it is stored and is told its layout (``weight_nk``)."""
+    stored, stored_nk = _stored_weight(mat2)
+    (product,) = custom(
+        library,
+        kernel,
+        [rows, stored],
+        [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
+        rows.device,
+        parameters={**parameters, "weight_nk": stored_nk},
+    )
+    return product
+
+
 def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     # MAX's matmul streams a large weight at about half the memory's speed for
     # one to eight rows, and a few shapes of a weight stored [K, N] at a tenth
     # (benchmarks.gemm --rows 1 and 8); this kernel reads each stored weight
     # row once, front to back.
-    stored, stored_nk = _stored_weight(mat2)
-    (product,) = custom(
+    return _kernel_product(
         SHIPPED,
         "torch_max_backend_skinny_matmul",
-        [rows, stored],
-        [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
-        rows.device,
+        rows,
+        mat2,
         # 0: the kernel counts the rows at run time, 8 at a time, so a later
         # call with more rows than the capture saw is still right.
-        parameters={"rows": static_size(rows.shape[0]) or 0, "weight_nk": stored_nk},
+        rows=static_size(rows.shape[0]) or 0,
     )
-    return product
 
 
 def vendor_fits(node: torch.fx.Node) -> str | None:
@@ -172,16 +191,7 @@ def tiled_fits(node: torch.fx.Node) -> str | None:
 def _tiled_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     # Compiles in seconds where a graph's first MAX matmul costs about 50 s
     # (kernels/mojo_tiled/tiled_matmul.mojo).
-    stored, stored_nk = _stored_weight(mat2)
-    (result,) = custom(
-        TILED,
-        "torch_max_backend_tiled_matmul",
-        [rows, stored],
-        [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
-        rows.device,
-        parameters={"weight_nk": stored_nk},
-    )
-    return result
+    return _kernel_product(TILED, "torch_max_backend_tiled_matmul", rows, mat2)
 
 
 def product_shape(node: torch.fx.Node) -> ProductShape | None:
@@ -199,16 +209,13 @@ def product_shape(node: torch.fx.Node) -> ProductShape | None:
 def _vendor_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     found = vendor_blas.vendor_blas()
     assert found is not None  # vendor_fits checked
-    stored, stored_nk = _stored_weight(mat2)
-    (result,) = custom(
+    return _kernel_product(
         vendor_blas.VENDOR_KERNELS,
         "torch_max_backend_vendor_matmul",
-        [rows, stored],
-        [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
-        rows.device,
-        parameters={"weight_nk": stored_nk, "library": found.path},
+        rows,
+        mat2,
+        library=found.path,
     )
-    return result
 
 
 def _row_times_stored_rows(row: TensorValue, mat2: TensorValue) -> TensorValue:
