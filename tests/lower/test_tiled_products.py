@@ -69,6 +69,8 @@ def test_the_tiled_kernel_matches_eager_in_every_layout(
     # zeros itself); the float64 one as the rules build it.
     assert text.count(KERNEL) == 6
     assert "mo.matmul" not in text
+    # The rows read transposed go to the kernel as stored, with no copy.
+    assert text.count("x_km = true") == 1
     report = explain(_products, *inputs, options={"product_strategy": "tiled"})
     strategies = [op.strategies for op in report.graphs[0].ops if op.strategies]
     # addmm (the Linear with a bias) and five float32 mm's in the kernel; the
@@ -120,6 +122,8 @@ def test_gradients_through_the_tiled_kernel_match_eager(monkeypatch, graph_texts
     # needs none).
     assert backward.count(KERNEL) == 3
     assert "mo.matmul" not in forward + backward
+    # Each weight's gradient dY^T @ X reads dY as stored.
+    assert backward.count("x_km = true") == 2
 
 
 @pytest.fixture

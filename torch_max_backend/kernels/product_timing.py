@@ -81,7 +81,7 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
     if form == "skinny":
         return _custom(SHIPPED, "torch_max_backend_skinny_matmul", rows=0)
     if form == "tiled":
-        return _custom(TILED, "torch_max_backend_tiled_matmul")
+        return _custom(TILED, "torch_max_backend_tiled_matmul", x_km=False)
     if form == "vendor":
         found = vendor_blas()
         if found is None:

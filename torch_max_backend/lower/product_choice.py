@@ -50,11 +50,12 @@ MIN_TIMED_WORK = 1 << 18
 # Graphs that leave this machine (exported packages) never call the vendor
 # library: its path is this machine's, and the AOT runner's machine may lack it.
 VENDOR = "vendor"
-# Forms only product_strategy names. Our tiled kernel runs a product as fast
-# as MAX's matmul in a timing graph (which reruns it on operands its caches
-# hold) but a training step built on it took 8-15 % longer, while its graphs
-# compiled in half the time (docs/benchmarks.md, "The tiled kernel"): a
-# timing would pick it where a step loses.
+# Forms only product_strategy names. Our tiled kernel runs a product alone
+# as fast as MAX's matmul, but MAX fuses the elementwise work before and
+# after its own matmul into it and not into a custom kernel, so a training
+# step built on the tiled kernel took about 5 % longer, while its graphs
+# compiled in a quarter of the time (docs/benchmarks.md, "The tiled
+# kernel"): a timing of the product alone would pick it where a step loses.
 UNTIMED = frozenset({"tiled"})
 _portable: ContextVar[bool] = ContextVar("max_portable_products", default=False)
 

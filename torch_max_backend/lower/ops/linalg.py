@@ -139,15 +139,18 @@ def _kernel_product(
     rows: TensorValue,
     mat2: TensorValue,
     /,
+    *,
+    rows_given: TensorValue | None = None,
     **parameters: Parameter,
 ) -> TensorValue:
     """``rows @ mat2`` by one of our product kernels, which reads the weight
-    where it is stored and is told its layout (``weight_nk``)."""
+    where it is stored and is told its layout (``weight_nk``); the kernel is
+    handed ``rows_given`` for the rows where set (as they are stored)."""
     stored, stored_nk = _stored_weight(mat2)
     (product,) = custom(
         library,
         kernel,
-        [rows, stored],
+        [rows if rows_given is None else rows_given, stored],
         [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
         rows.device,
         parameters={**parameters, "weight_nk": stored_nk},
@@ -190,8 +193,21 @@ def tiled_fits(node: torch.fx.Node) -> str | None:
 
 def _tiled_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     # Compiles in seconds where a graph's first MAX matmul costs about 50 s
-    # (kernels/mojo_tiled/tiled_matmul.mojo).
-    return _kernel_product(TILED, "torch_max_backend_tiled_matmul", rows, mat2)
+    # (kernels/mojo_tiled/tiled_matmul.mojo). Rows that are a stored matrix
+    # read transposed (a weight gradient's dY^T) go to it as stored: MAX
+    # would otherwise copy them transposed for the call, a pass at its
+    # transpose's few GB/s.
+    node = current().node
+    left = node.args[1 if node.target is aten.addmm.default else 0]
+    x_km = _reads_stored_rows(left)
+    return _kernel_product(
+        TILED,
+        "torch_max_backend_tiled_matmul",
+        rows,
+        mat2,
+        rows_given=ops.transpose(rows, 0, 1) if x_km else None,
+        x_km=x_km,
+    )
 
 
 def product_shape(node: torch.fx.Node) -> ProductShape | None:
