@@ -19,6 +19,13 @@ from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy
 from torch_max_backend.settings import Settings
 from torch_max_backend.storage import product_choices
 
+from .product_layouts import (
+    check_symbolic_batch,
+    layout_inputs,
+    layout_products,
+    one_graph_matching_eager,
+)
+
 aten = torch.ops.aten
 needs_vendor = pytest.mark.skipif(
     vendor_blas.vendor_blas() is None, reason="no vendor BLAS (mkl) here"
@@ -26,30 +33,12 @@ needs_vendor = pytest.mark.skipif(
 
 
 def _products(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Every layout the vendor kernel reads: a Linear's weight [N, K] with a
-    bias, a weight [K, N], rows read transposed, K empty, one row."""
-    x, w_nk, bias, w_kn, xt, empty_x, empty_w, row = inputs
-    return (
-        F.linear(x, w_nk, bias),
-        torch.mm(x, w_kn),
-        torch.mm(xt.t(), w_kn),
-        torch.mm(empty_x, empty_w),
-        F.linear(row, w_nk),
-    )
+    """Every layout the vendor kernel reads."""
+    return layout_products(*inputs)
 
 
 def _product_inputs() -> tuple[torch.Tensor, ...]:
-    torch.manual_seed(0)
-    return (
-        torch.randn(5, 40),
-        torch.randn(24, 40),
-        torch.randn(24),
-        torch.randn(40, 24),
-        torch.randn(40, 5),
-        torch.randn(4, 0),
-        torch.randn(0, 6),
-        torch.randn(1, 40),
-    )
+    return layout_inputs(rows=5, k=40, n=24)
 
 
 @needs_vendor
@@ -58,13 +47,7 @@ def test_the_vendor_path_matches_eager_in_every_layout(
 ):
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
     inputs = _product_inputs()
-    compiled = torch.compile(
-        _products, backend=max_backend, options={"product_strategy": "vendor"}
-    )
-    for got, want in zip(compiled(*inputs), _products(*inputs), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert max_calls.count == 1
-    (text,) = graph_texts()
+    text = one_graph_matching_eager(max_calls, graph_texts, _products, inputs, "vendor")
     # All five in our kernel (the empty sum too: it writes zeros itself).
     assert text.count("torch_max_backend_vendor_matmul") == 5
     assert "mo.matmul" not in text
@@ -75,19 +58,15 @@ def test_the_vendor_path_counts_a_symbolic_batch_at_run_time(
     monkeypatch, max_calls, graph_texts
 ):
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(40, 24).eval()
-    compiled = torch.compile(
-        layer, backend=max_backend, options={"product_strategy": "vendor"}
+    check_symbolic_batch(
+        max_calls,
+        graph_texts,
+        "vendor",
+        "torch_max_backend_vendor_matmul",
+        k=40,
+        n=24,
+        batches=(3, 7, 5),
     )
-    for rows in (3, 7, 5):
-        x = torch.randn(rows, 40)
-        torch._dynamo.mark_dynamic(x, 0)
-        with torch.no_grad():
-            torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
-    assert max_calls.count == 3
-    (text,) = graph_texts()  # one graph for every batch
-    assert "torch_max_backend_vendor_matmul" in text
 
 
 def test_without_a_vendor_library_products_fall_back_with_the_same_results(

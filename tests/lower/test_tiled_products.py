@@ -15,22 +15,25 @@ from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 from torch_max_backend.storage import product_choices
 
+from .product_layouts import (
+    check_symbolic_batch,
+    layout_inputs,
+    layout_products,
+    one_graph_matching_eager,
+)
+
 aten = torch.ops.aten
 KERNEL = "torch_max_backend_tiled_matmul"
 
 
 def _products(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """A Linear's weight [N, K] with a bias, a weight [K, N], rows read
-    transposed, K empty (both layouts), one row, and a float64 product, which
-    the kernel does not take."""
-    x, w_nk, bias, w_kn, xt, empty_x, empty_w, row, x64, w64 = inputs
+    """Every layout of product_layouts, then K empty against a Linear's
+    weight, and a float64 product, which the kernel does not take."""
+    empty_x, empty_w = inputs[5:7]
+    x64, w64 = inputs[8:]
     return (
-        F.linear(x, w_nk, bias),
-        torch.mm(x, w_kn),
-        torch.mm(xt.t(), w_kn),
-        torch.mm(empty_x, empty_w),
+        *layout_products(*inputs[:8]),
         F.linear(empty_x, empty_w.t()),
-        F.linear(row, w_nk),
         torch.mm(x64, w64),
     )
 
@@ -38,16 +41,8 @@ def _products(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
 def _product_inputs() -> tuple[torch.Tensor, ...]:
     # Sizes off every tile: 13 rows (tiles of 6 and 4), K 37 (vectors of 16
     # or 8), N 70 (panels of 64, blocks of 6).
-    torch.manual_seed(0)
     return (
-        torch.randn(13, 37),
-        torch.randn(70, 37),
-        torch.randn(70),
-        torch.randn(37, 70),
-        torch.randn(37, 13),
-        torch.randn(4, 0),
-        torch.randn(0, 6),
-        torch.randn(1, 37),
+        *layout_inputs(rows=13, k=37, n=70),
         torch.randn(3, 5, dtype=torch.float64),
         torch.randn(5, 2, dtype=torch.float64),
     )
@@ -58,13 +53,7 @@ def test_the_tiled_kernel_matches_eager_in_every_layout(
 ):
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
     inputs = _product_inputs()
-    compiled = torch.compile(
-        _products, backend=max_backend, options={"product_strategy": "tiled"}
-    )
-    for got, want in zip(compiled(*inputs), _products(*inputs), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert max_calls.count == 1
-    (text,) = graph_texts()
+    text = one_graph_matching_eager(max_calls, graph_texts, _products, inputs, "tiled")
     # Every float32 product in our kernel (the empty sums too: it writes the
     # zeros itself); the float64 one as the rules build it.
     assert text.count(KERNEL) == 6
@@ -82,19 +71,9 @@ def test_the_tiled_kernel_counts_a_symbolic_batch_at_run_time(
     monkeypatch, max_calls, graph_texts
 ):
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(37, 70).eval()
-    compiled = torch.compile(
-        layer, backend=max_backend, options={"product_strategy": "tiled"}
+    check_symbolic_batch(
+        max_calls, graph_texts, "tiled", KERNEL, k=37, n=70, batches=(3, 7, 13)
     )
-    for rows in (3, 7, 13):
-        x = torch.randn(rows, 37)
-        torch._dynamo.mark_dynamic(x, 0)
-        with torch.no_grad():
-            torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
-    assert max_calls.count == 3
-    (text,) = graph_texts()  # one graph for every batch
-    assert KERNEL in text
 
 
 def test_gradients_through_the_tiled_kernel_match_eager(monkeypatch, graph_texts):

@@ -242,7 +242,7 @@ def _row_tiles[
     var packed = unsafe_alloc[Scalar[dtype]](max(1, m_blocks * k_len * block_rows))
     var w = w_given
     var w_count = n_len
-    var padded = unsafe_alloc[Scalar[dtype]](max(1, _ROWS * k_len))
+    var padded = unsafe_alloc[Scalar[dtype]](max(1, _ROWS * k_len) if n_len < _ROWS else 1)
     if n_len < _ROWS:
         for i in range(_ROWS * k_len):
             padded.unsafe_offset(i).unsafe_store(
@@ -256,14 +256,15 @@ def _row_tiles[
     var pack_tasks = max(1, min(cores, k_len))
     var k_per_task = ceildiv(k_len, pack_tasks)
 
+    # x's element (m, k): along its row, or along row k of x^T.
+    var m_step = 1 if x_km else k_len
+    var k_step = m_len if x_km else 1
+
     def pack(task: Int) {var}:
         for block in range(m_blocks):
             var dst = packed.unsafe_offset(block * k_len * block_rows)
             var m0 = block * block_rows
             var rows = min(block_rows, m_len - m0)
-            # x's element (m, k): along its row, or along row k of x^T.
-            var m_step = 1 if x_km else k_len
-            var k_step = m_len if x_km else 1
             var src = x.unsafe_offset(m0 * m_step)
             for k in range(task * k_per_task, min(k_len, (task + 1) * k_per_task)):
                 if rows == block_rows:
@@ -289,13 +290,14 @@ def _row_tiles[
         # first, _STAGE columns wide, and copied out a row at a time.
         var stage = stack_allocation[block_rows * _STAGE, dtype]()
         for group in range(task * per_task, min(groups, (task + 1) * per_task)):
+            var g0 = group * _STAGE
+            var g_end = min(n_len, g0 + _STAGE)
+            var count = g_end - g0
             for block in range(m_blocks):
                 var xs = packed.unsafe_offset(block * k_len * block_rows)
                 var m0 = block * block_rows
                 var rows = min(block_rows, m_len - m0)
                 var live = ceildiv(rows, width)
-                var g0 = group * _STAGE
-                var g_end = min(n_len, g0 + _STAGE)
                 var n_block = group * (_STAGE // _ROWS)
                 while n_block * _ROWS < g_end:
                     # The last block steps back to stay whole; what it
@@ -308,7 +310,6 @@ def _row_tiles[
                                 stage, xs, w.unsafe_offset(n0 * k_len), n0 - g0, first, k_len
                             )
                     n_block += 1
-                var count = g_end - g0
                 for i in range(rows):
                     var src = stage.unsafe_offset(i * _STAGE)
                     var dst = result.unsafe_offset((m0 + i) * n_len + g0)

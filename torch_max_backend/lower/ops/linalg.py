@@ -49,11 +49,16 @@ def _scaled_sum(
 _TRANSPOSES = {aten.t.default, aten.transpose.int, aten.permute.default}
 
 
+def _left_index(node: torch.fx.Node) -> int:
+    """Where mm's or addmm's left operand is among its arguments: mm's
+    operands are its first two, addmm's follow the bias."""
+    return 1 if node.target is aten.addmm.default else 0
+
+
 def _operands(node: torch.fx.Node) -> tuple[torch.Tensor, object]:
     """mm's or addmm's left operand's meta and its right operand's node."""
-    # mm's operands are its first two arguments; addmm's follow the bias.
-    offset = 1 if node.target is aten.addmm.default else 0
-    return arg_tensor(node, offset), node_arg(node, offset + 1, "mat2", None)
+    left = _left_index(node)
+    return arg_tensor(node, left), node_arg(node, left + 1, "mat2", None)
 
 
 def _reads_stored_rows(weight: object) -> bool:
@@ -198,8 +203,7 @@ def _tiled_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     # would otherwise copy them transposed for the call, a pass at its
     # transpose's few GB/s.
     node = current().node
-    left = node.args[1 if node.target is aten.addmm.default else 0]
-    x_km = _reads_stored_rows(left)
+    x_km = _reads_stored_rows(node.args[_left_index(node)])
     return _kernel_product(
         TILED,
         "torch_max_backend_tiled_matmul",
