@@ -71,6 +71,31 @@ def test_a_tensor_learning_rate_is_read_at_each_call(graph_texts):
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
 
 
+def test_the_updates_numbers_are_graph_inputs(graph_texts):
+    """The update's plain numbers (AdamW's decay 1 - lr * weight_decay, the
+    moments' weights 1 - beta) reach the kernel as a graph input, not as
+    constants: optimizers that differ only in them build the same MAX graph
+    (one compile serves both), and MAX folds no constants at compile time
+    (a constant-folding compile of its own)."""
+    for weight_decay, betas in ((0.1, (0.9, 0.999)), (0.02, (0.8, 0.99))):
+        torch._dynamo.reset()
+        options = {"lr": 1e-2, "weight_decay": weight_decay, "betas": betas}
+        params, optimizer = _optimizer("adamw", SHAPES, **options)
+        expected, reference = _optimizer("adamw", SHAPES, **options)
+        torch.compile(optimizer.step, backend=max_backend)()
+        reference.step()
+        for p, q in zip(params, expected, strict=True):
+            torch.testing.assert_close(p, q)
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                torch.testing.assert_close(
+                    optimizer.state[p][key], reference.state[q][key]
+                )
+    first, second = graph_texts()
+    assert first == second
+    assert first.count(f'"{KERNEL}"') == len(SHAPES)
+    assert "tensor<1xf32>" not in first  # no one-element constant
+
+
 def test_updates_past_the_buffer_budget_are_kernels_too(graph_texts):
     # 30 parameters: 120 mutated inputs, past MAX_BUFFERS (24) stores.
     _steps_match_eager("adamw", [(7, i + 1) for i in range(30)])

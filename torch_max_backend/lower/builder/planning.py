@@ -19,10 +19,11 @@ from max.graph import BufferType, DeviceRef, TensorType
 from ...dtypes import to_device_ref, to_max_dtype
 from ...errors import MaxCompilerError
 from ...plan import InputKind, InputSource
-from ..passes import GraphFindings
+from ..passes import GraphFindings, ScalarRef
 from ..registry import draws_random, lifts_scalars
 from ..shapes import max_dim
 from .capability import lowering_of
+from .optimizer_store import update_numbers
 
 # The seed input's metadata: one int64.
 _SEED_META = torch.empty((1,), dtype=torch.int64)
@@ -104,6 +105,9 @@ class InputPlan:
         # node -> (argument position or name, MAX input number, Python type) of
         # each lifted scalar of that node.
         self.scalars_of: dict[torch.fx.Node, list[tuple[int | str, int, type]]] = {}
+        # An optimizer update's last write-back -> the MAX input number of its
+        # plain numbers (builder/optimizer_store.py).
+        self.numbers_of: dict[torch.fx.Node, int] = {}
         # sympy symbol -> (FX input index, dim), for symbolic sizes.
         self.symbols: dict[sympy.Symbol, tuple[int, int]] = {}
         self._plan()
@@ -190,6 +194,16 @@ class InputPlan:
                     self.seed_index = self._add(
                         InputSource(InputKind.SEED), _SEED_META, "random seed"
                     )
+        for at, update in self.findings.optimizer_updates.items():
+            numbers = update_numbers(update, self._is_lifted)
+            if numbers:
+                value = torch.tensor(numbers, dtype=torch.float32, device=self.device)
+                self.numbers_of[at] = self._add_constant(
+                    value, value, f"numbers of the update at {at.name}"
+                )
+
+    def _is_lifted(self, ref: ScalarRef) -> bool:
+        return any(key == ref.key for key, _, _ in self.scalars_of.get(ref.node, ()))
 
     def _plan_scalars(self, node: torch.fx.Node) -> None:
         fn = lowering_of(node)

@@ -255,12 +255,14 @@ class NodeWalk:
         )
         with self._building(node):
             try:
+                numbers = self.inputs.numbers_of.get(node)
                 optimizer_step(
                     update,
                     buffers,
                     self.values[update.grad],
                     self.values,
                     self._lifted,
+                    None if numbers is None else self._input(numbers).tensor,
                 )
             except Exception as e:
                 raise LoweringError(node, e) from e
