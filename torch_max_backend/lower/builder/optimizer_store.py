@@ -34,12 +34,15 @@ def update_numbers(
 ) -> list[float]:
     """The update's coefficients that are plain numbers of the graph (not
     tensors it computes, not lifted scalars), in the kernel's order."""
-    return [
-        _number(c)
-        for c in update.coefficients
-        if not isinstance(c, torch.fx.Node)
-        and not (isinstance(c, ScalarRef) and is_lifted(c))
-    ]
+    return [_number(c) for c in update.coefficients if _is_plain(c, is_lifted)]
+
+
+def _is_plain(coefficient: Coefficient, is_lifted: Callable[[ScalarRef], bool]) -> bool:
+    """Whether ``coefficient`` is one of ``update_numbers``: planning and the
+    walk both ask this, so the input's numbers and the slices agree."""
+    if isinstance(coefficient, torch.fx.Node):
+        return False
+    return not (isinstance(coefficient, ScalarRef) and is_lifted(coefficient))
 
 
 def _number(coefficient: Coefficient) -> float:
@@ -60,18 +63,21 @@ def _coefficients(
     parts: list[TensorValue] = []
     taken = 0  # plain numbers used so far
     run = 0  # plain numbers in the run not yet sliced
+
+    def is_lifted(ref: ScalarRef) -> bool:
+        return lifted(ref.node, ref.key) is not None
+
     for coefficient in update.coefficients:
-        value = None
-        if isinstance(coefficient, torch.fx.Node):
-            value = values[coefficient]
-        elif isinstance(coefficient, ScalarRef):
-            value = lifted(coefficient.node, coefficient.key)
-        if value is None:
+        if _is_plain(coefficient, is_lifted):
             run += 1
             continue
         if run:
             parts.append(_sliced(numbers, taken, run))
             taken, run = taken + run, 0
+        if isinstance(coefficient, torch.fx.Node):
+            value = values[coefficient]
+        else:
+            value = lifted(coefficient.node, coefficient.key)
         parts.append(ops.cast(ops.reshape(value, [1]), DType.float32))
     if run:
         parts.append(_sliced(numbers, taken, run))

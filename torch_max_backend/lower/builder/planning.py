@@ -202,8 +202,15 @@ class InputPlan:
                     value, value, f"numbers of the update at {at.name}"
                 )
 
+    def lifted_index(self, node: torch.fx.Node, key: int | str) -> int | None:
+        """The MAX input carrying ``node``'s number argument ``key``, if lifted."""
+        for lifted_key, index, _ in self.scalars_of.get(node, ()):
+            if lifted_key == key:
+                return index
+        return None
+
     def _is_lifted(self, ref: ScalarRef) -> bool:
-        return any(key == ref.key for key, _, _ in self.scalars_of.get(ref.node, ()))
+        return self.lifted_index(ref.node, ref.key) is not None
 
     def _plan_scalars(self, node: torch.fx.Node) -> None:
         fn = lowering_of(node)

@@ -243,10 +243,8 @@ class NodeWalk:
 
     def _lifted(self, node: torch.fx.Node, key: int | str) -> Any:
         """The graph input carrying ``node``'s number argument ``key``, if lifted."""
-        for lifted_key, index, _ in self.inputs.scalars_of.get(node, ()):
-            if lifted_key == key:
-                return self._input(index).tensor
-        return None
+        index = self.inputs.lifted_index(node, key)
+        return None if index is None else self._input(index).tensor
 
     def _optimizer_step(self, node: torch.fx.Node) -> None:
         update = self.optimizer_updates[node]
