@@ -128,10 +128,11 @@ def _markdown(table: str, args: argparse.Namespace, minutes: float) -> str:
 
 `python -m benchmarks.hf_models --docs` builds each architecture below from a small
 config (2 layers, 64 wide or the like; random weights, every dropout off), runs it
-in eval mode without gradients and then one full training step (zero_grad, forward,
+in eval mode without gradients and then two full training steps (zero_grad, forward,
 backward, AdamW step; the whole step compiled) with `torch.compile(backend="max")`,
-and compares with the same model run eagerly: outputs, the first backward's
-gradients, then parameters and buffers after the step (rtol/atol: {tolerances}).
+and compares with the same model run eagerly: both steps' outputs and gradients, then
+parameters and buffers after the second step, which must run every graph on MAX
+(rtol/atol: {tolerances}).
 A row passes when everything holds and no op, nor any whole graph, was left to
 PyTorch (every FallbackWarning counts).
 
