@@ -82,6 +82,11 @@ def test_the_report_names_ops_left_to_pytorch():
     # A phase without compile seconds (a crashed one has none) shows "-".
     assert row[-3:] == ["1.0 / 2.0", "-", "- / -"]
     assert hf_models._verdict(result) != "pass"
+    # The training step's first call over inference's, which issue 59 bounds.
+    assert hf_models.first_step_ratios([result]) == {"x fp32": 2.0}
+    crashed = {**result, "training": {"status": "error", "fallback_ops": {}}}
+    assert hf_models.first_step_ratios([crashed]) == {}
+    assert "1 of 1 rows" in hf_models._ratio_line([result])
 
 
 def test_a_whole_graph_left_to_pytorch_fails_the_row():
