@@ -213,11 +213,12 @@ def main(argv: list[str] | None = None) -> None:
             results = list(pool.map(lambda j: _run_one(j, env, args.timeout), jobs))
     minutes = (time.perf_counter() - started) / 60
     table = tabulate(rows(results), headers=HEADERS, tablefmt="github")
+    ratio_line = _ratio_line(results)
     print(table)
-    print(_ratio_line(results))
+    print(ratio_line)
     print(f"{len(results)} checks in {minutes:.1f} minutes")
     if args.docs:
-        markdown = _markdown(table, args, minutes, _ratio_line(results))
+        markdown = _markdown(table, args, minutes, ratio_line)
         (ROOT / "docs" / "models.md").write_text(markdown)
     failed = [r["name"] for r in results if _verdict(r) != "pass"]
     if failed:
