@@ -86,7 +86,11 @@ def test_the_report_names_ops_left_to_pytorch():
     assert hf_models.first_step_ratios([result]) == {"x fp32": 2.0}
     crashed = {**result, "training": {"status": "error", "fallback_ops": {}}}
     assert hf_models.first_step_ratios([crashed]) == {}
-    assert "1 of 1 rows" in hf_models._ratio_line([result])
+    line = hf_models._ratio_line([result], jobs=2)
+    assert "1 of 1 rows" in line
+    # Paired checks share the cores, which a step's two compiles need.
+    assert "2 checks at a time" in line
+    assert "one check at a time" in hf_models._ratio_line([result], jobs=1)
 
 
 def test_a_whole_graph_left_to_pytorch_fails_the_row():
