@@ -70,6 +70,7 @@ PRODUCT_STRATEGIES = (
     "matmul",
     "vendor",
     "tiled",
+    "streamed",
 )
 
 
@@ -141,7 +142,8 @@ class Settings:
             machine (MAX's matmul, our few-rows kernel, row sums, the
             vendor BLAS) and keeps the fastest in the storage cache;
             ``"rule"`` takes fixed rules without timing; a strategy's name
-            (``"matmul"``, ``"skinny"``, ``"row_sums"``, ``"vendor"``)
+            (``"matmul"``, ``"skinny"``, ``"streamed"``, ``"row_sums"``,
+            ``"vendor"``, ``"tiled"``)
             builds every product it fits that way
             (lower/product_choice.py). Process-wide: the latest compile's
             value applies.

@@ -98,22 +98,12 @@ def test_a_named_library_that_is_not_mkl_is_refused(monkeypatch, tmp_path):
         vendor_blas.vendor_blas.cache_clear()
 
 
-@pytest.fixture
-def choice_table(monkeypatch, tmp_path):
-    """An empty table of timed choices, in a directory of the test's own
-    (MAX's own cache stays: the timing graphs compile once per machine)."""
-    monkeypatch.setattr(product_choices, "own_cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(product_choice, "_table", None)
-    yield
-    product_choice._table = None
-
-
 @pytest.mark.measured_products
 def test_a_measured_choice_is_timed_once_and_reread(monkeypatch, choice_table):
     register_families()
     timed = []
 
-    def fake_timing(rows, k, n, weight_nk, forms):
+    def fake_timing(rows, k, n, weight_nk, forms, streamed=False):
         timed.append((rows, k, n, weight_nk, tuple(forms)))
         return {form: (1.0 if form == "matmul" else 9.0) for form in forms}
 

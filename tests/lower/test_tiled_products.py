@@ -13,7 +13,6 @@ from torch_max_backend import explain, max_backend
 from torch_max_backend.lower import product_choice
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
-from torch_max_backend.storage import product_choices
 
 from .product_layouts import (
     check_symbolic_batch,
@@ -105,15 +104,6 @@ def test_gradients_through_the_tiled_kernel_match_eager(monkeypatch, graph_texts
     assert backward.count("x_km = true") == 2
 
 
-@pytest.fixture
-def choice_table(monkeypatch, tmp_path):
-    """An empty table of timed choices in the test's own directory."""
-    monkeypatch.setattr(product_choices, "own_cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(product_choice, "_table", None)
-    yield
-    product_choice._table = None
-
-
 @pytest.mark.measured_products
 def test_the_tiled_kernel_is_timed_against_maxs_matmul(choice_table):
     """Timing checks its result against MAX's matmul's before timing it."""
@@ -134,7 +124,7 @@ def test_auto_leaves_the_tiled_kernel_untimed(monkeypatch, choice_table):
 
     timed = []
 
-    def fake_timing(rows, k, n, weight_nk, forms):
+    def fake_timing(rows, k, n, weight_nk, forms, streamed=False):
         timed.append(tuple(forms))
         return {form: 1.0 for form in forms}
 

@@ -10,15 +10,26 @@ product strategies that build them (lower/ops/linalg.py):
 - ``skinny``: our few-rows kernel (kernels/mojo/skinny_matmul.mojo);
 - ``row_sums``: one row times each stored weight row, summed;
 - ``vendor``: the vendor BLAS through our kernel (vendor_blas.py);
-- ``tiled``: our register-tiled kernel (kernels/mojo_tiled/tiled_matmul.mojo).
+- ``tiled``: our register-tiled kernel (kernels/mojo_tiled/tiled_matmul.mojo);
+- ``streamed``: our few-rows kernel for a weight stored [K, N] that
+  prefetches its next rows (kernels/mojo_streamed/streamed_matmul.mojo).
 
 W is stored [K, N], or [N, K] (``weight_nk``: a Linear's weight, read
 transposed). The forms run interleaved, round after round, and each keeps
 its median: a machine whose speed drifts favours none of them.
+
+A product whose weight the model reads from memory (the graph's weights do
+not fit the CPU's last-level cache: a decode step's) is timed *streamed*:
+each call reads the next of several copies of W, so that every copy has left
+the cache before it is read again. Timed on one weight, which then sits in
+the cache, MKL's products were the fastest at GPT-2's batch-8 decode shapes
+and the slowest once the weight came from memory (docs/benchmarks.md,
+"Products that stream their weights").
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -31,13 +42,17 @@ from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 
 from .. import logs
-from .library import SHIPPED, TILED, MojoLibrary, custom
+from ..storage.product_choices import last_level_cache_bytes
+from .library import SHIPPED, STREAMED, TILED, MojoLibrary, custom
 from .vendor_blas import VENDOR_KERNELS, vendor_blas
 
-FORMS = ("row_sums", "skinny", "matmul", "vendor", "tiled")
+FORMS = ("row_sums", "skinny", "matmul", "vendor", "tiled", "streamed")
 # Rounds at least, and the time they may take together, per shape.
 _MIN_ROUNDS = 5
 _BUDGET_S = 0.5
+# Streamed timing: the copies of W together hold at least this many times
+# the last-level cache, so each copy is read from memory.
+_CACHES_OF_COPIES = 2
 
 _log = logs.get_logger("compile")
 _lock = threading.Lock()
@@ -55,19 +70,23 @@ def _row_sums(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
 
 
 def _custom(
-    kernels: MojoLibrary, kernel: str, **parameters: bool | int | str
+    kernels: MojoLibrary,
+    kernel: str,
+    layout: bool = True,
+    **parameters: bool | int | str,
 ) -> Callable[[TensorValue, TensorValue, bool], TensorValue]:
+    """A product by one of our kernels; ``layout``: whether the kernel is told
+    the weight's layout (``weight_nk``) or reads [K, N] only."""
+
     def build(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
         n = w.shape[0] if weight_nk else w.shape[1]
         out = TensorType(DType.float32, [x.shape[0], n], x.device)
-        (y,) = custom(
-            kernels,
-            kernel,
-            [x, w],
-            [out],
-            x.device,
-            {**parameters, "weight_nk": weight_nk},
-        )
+        given = dict(parameters)
+        if layout:
+            given["weight_nk"] = weight_nk
+        elif weight_nk:
+            raise ValueError(f"{kernel} reads a weight stored [K, N] only")
+        (y,) = custom(kernels, kernel, [x, w], [out], x.device, given)
         return y
 
     return build
@@ -82,6 +101,8 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
         return _custom(SHIPPED, "torch_max_backend_skinny_matmul", rows=0)
     if form == "tiled":
         return _custom(TILED, "torch_max_backend_tiled_matmul", x_km=False)
+    if form == "streamed":
+        return _custom(STREAMED, "torch_max_backend_streamed_matmul", False, rows=0)
     if form == "vendor":
         found = vendor_blas()
         if found is None:
@@ -121,12 +142,31 @@ def _model(form: str, weight_nk: bool) -> Model:
     return _models[key]
 
 
+def _weight_copies(w: torch.Tensor, streamed: bool) -> list[Buffer]:
+    """W as the timed calls read it: itself (it stays in the cache), or
+    ``streamed``, copies enough that each has left the last-level cache
+    before it is read again."""
+    if not streamed:
+        return [Buffer.from_dlpack(w)]
+    cache = last_level_cache_bytes() or 0
+    count = max(2, math.ceil(_CACHES_OF_COPIES * cache / max(1, w.nbytes)) + 1)
+    copies = torch.empty(count, *w.shape)
+    copies.copy_(w.expand(count, *w.shape))  # written: untouched pages read as one
+    return [Buffer.from_dlpack(copy) for copy in copies]
+
+
 def time_forms(
-    rows: int, k: int, n: int, weight_nk: bool, forms: list[str]
+    rows: int,
+    k: int,
+    n: int,
+    weight_nk: bool,
+    forms: list[str],
+    streamed: bool = False,
 ) -> dict[str, float]:
     """Median microseconds of ``x[rows, k] @ W`` (W [k, n], or [n, k] when
-    ``weight_nk``) in each of ``forms``; every form's result is checked
-    against the first's before it is timed."""
+    ``weight_nk``) in each of ``forms``, W in the cache or (``streamed``)
+    read from memory; every form's result is checked against the first's
+    before it is timed."""
     with _lock:
         models = {form: _model(form, weight_nk) for form in forms}
         gen = torch.Generator().manual_seed(0)
@@ -135,10 +175,11 @@ def time_forms(
         # Wrapped once, run as a compiled graph's call runs them: torch
         # tensors handed to ``execute`` cost 70-170 us of wrapping a call,
         # more than a small product itself.
-        inputs = [Buffer.from_dlpack(x), Buffer.from_dlpack(w)]
+        x_buffer = Buffer.from_dlpack(x)
+        weights = _weight_copies(w, streamed)
         reference = None
         for form, model in models.items():
-            (out,) = model._execute_device_tensors(inputs)
+            (out,) = model._execute_device_tensors([x_buffer, weights[0]])
             result = torch.from_dlpack(out)
             if reference is None:
                 reference = result.clone()
@@ -149,9 +190,11 @@ def time_forms(
                 )
         samples: dict[str, list[float]] = {form: [] for form in forms}
         started = time.perf_counter()
-        rounds = 0
+        rounds = calls = 0
         while rounds < _MIN_ROUNDS or time.perf_counter() - started < _BUDGET_S:
             for form, model in models.items():
+                inputs = [x_buffer, weights[calls % len(weights)]]
+                calls += 1
                 begin = time.perf_counter()
                 model._execute_device_tensors(inputs)
                 samples[form].append((time.perf_counter() - begin) * 1e6)

@@ -1,8 +1,8 @@
 """Which way a float32 product on the CPU is built: measured, per machine and shape.
 
 mm and addmm have several strategies (lower/ops/linalg.py): MAX's matmul,
-our few-rows kernel (``skinny``), row sums for one row (``row_sums``) and
-the vendor BLAS (``vendor``). Which is fastest depends on the machine: MAX's
+our few-rows kernels (``skinny``; ``streamed`` for a weight stored [K, N]),
+row sums for one row (``row_sums``) and the vendor BLAS (``vendor``). Which is fastest depends on the machine: MAX's
 kernels beat MKL on an AMD EPYC and lose to it on an Intel Xeon
 (docs/benchmarks.md). So, as Inductor's max-autotune times extern GEMMs
 against its templates, each product shape that fits two or more strategies
@@ -12,6 +12,12 @@ reads the choice instead of timing again, and another machine times anew.
 The choice is part of the graph's fingerprint (builder/fingerprint.py), so a
 warm start or a bundle never carries a choice made on other hardware into a
 graph built here.
+
+A product in a graph whose tensors outgrow the CPU's last-level cache (a
+decode step of a real model) reads its weight from memory at every call,
+so its forms are timed so (``streamed``; kernels/product_timing.py): timed
+on a weight that stays in the cache, MKL won GPT-2's batch-8 decode products
+on an Intel Xeon and was the slowest of them in the step.
 
 Products of fewer than 2^18 multiply-adds take the fixed rules (a kernel's
 fixed cost is most of their time); up to ``products.SUMMED_PRODUCT_LIMIT``,
@@ -25,6 +31,7 @@ or one strategy's name for every product it fits.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -36,7 +43,11 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from .. import logs
 from ..kernels import vendor_blas
 from ..settings import PRODUCT_STRATEGIES
-from ..storage.product_choices import ProductChoices, machine_identity
+from ..storage.product_choices import (
+    ProductChoices,
+    last_level_cache_bytes,
+    machine_identity,
+)
 from .products import SUMMED_PRODUCT_LIMIT
 from .registry import Strategy
 
@@ -83,16 +94,45 @@ def set_product_strategy(value: str) -> None:
 
 @dataclass(frozen=True)
 class ProductShape:
-    """``x[rows, k] @ W``, W stored [k, n] or [n, k] (``weight_nk``)."""
+    """``x[rows, k] @ W``, W stored [k, n] or [n, k] (``weight_nk``), read
+    from memory at each call (``streamed``) or from the cache."""
 
     rows: int
     k: int
     n: int
     weight_nk: bool
+    streamed: bool = False
 
     def key(self, forms: Sequence[str]) -> str:
         layout = "nk" if self.weight_nk else "kn"
-        return f"{self.rows}x{self.k}x{self.n} {layout} {','.join(sorted(forms))}"
+        where = " streamed" if self.streamed else ""
+        return (
+            f"{self.rows}x{self.k}x{self.n} {layout}{where} {','.join(sorted(forms))}"
+        )
+
+
+def _tensor_bytes(node: torch.fx.Node) -> int:
+    meta = node.meta.get("val")
+    if not isinstance(meta, torch.Tensor):
+        return 0
+    sizes = [s if isinstance(s, int) else s.node.hint for s in meta.shape]
+    if any(s is None for s in sizes):
+        return 0
+    return math.prod(sizes) * meta.element_size()
+
+
+def weights_stream(graph: torch.fx.Graph) -> bool:
+    """Whether ``graph``'s inputs and constants together outgrow the CPU's
+    last-level cache, so that a call reads its weights from memory."""
+    cache = last_level_cache_bytes()
+    if cache is None:
+        return False
+    held = sum(
+        _tensor_bytes(node)
+        for node in graph.nodes
+        if node.op in ("placeholder", "get_attr")
+    )
+    return held > cache
 
 
 def _choices() -> ProductChoices:
@@ -116,7 +156,9 @@ def measured(shape: ProductShape, forms: list[str]) -> str | None:
         # Asked for inside AOTAutograd's fake mode too (the fingerprint,
         # capability checks), where torch would make the operands fake.
         with unset_fake_temporarily():
-            times = time_forms(shape.rows, shape.k, shape.n, shape.weight_nk, forms)
+            times = time_forms(
+                shape.rows, shape.k, shape.n, shape.weight_nk, forms, shape.streamed
+            )
     except Exception as e:  # a failed timing must not fail the compile
         _log.warning("torch-max-backend: could not time products %s: %s", key, e)
         return None
@@ -149,6 +191,7 @@ def choose_by_measurement(
         shape = shape_of(node)
         if shape is None:
             return fitting[0]
+        shape = dataclasses.replace(shape, streamed=weights_stream(node.graph))
         work = math.prod((shape.rows, shape.k, shape.n))
         if work < MIN_TIMED_WORK:
             return fitting[0]

@@ -42,6 +42,26 @@ def machine_identity(vendor_library: str) -> str:
     return f"{cpu_target()}; {cores or os.cpu_count()} cores; {vendor_library}"
 
 
+@functools.cache
+def last_level_cache_bytes() -> int | None:
+    """The CPU's last-level cache in bytes (Linux's sysfs), None where unknown."""
+    caches = Path("/sys/devices/system/cpu/cpu0/cache")
+    best: tuple[int, int] | None = None
+    for index in caches.glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        digits = size.rstrip("KMG")
+        if kind != "Instruction" and digits.isdigit():
+            found = (level, int(digits) * scale)
+            best = found if best is None or found > best else best
+    return best[1] if best else None
+
+
 def table_path(identity: str) -> Path:
     """The table of the machine ``identity``."""
     digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
