@@ -250,6 +250,15 @@ FIRST_TOKEN = [
 ]
 
 
+def first_token_headers(caches: str) -> list[str]:
+    """FIRST_TOKEN's columns; with ``--caches user`` the first processes
+    found the user's caches as earlier runs left them, not empty ones."""
+    columns = [column for column, _ in FIRST_TOKEN]
+    if caches == "user":
+        columns = [c.replace("empty caches", "user's caches") for c in columns]
+    return ["model", *columns]
+
+
 def _first_token_rows(results: dict[str, Any], batch: str) -> list[list[str]]:
     rows = []
     for name, by_run in results.items():
@@ -357,7 +366,7 @@ def main(argv: list[str] | None = None) -> None:
     speed = tabulate(_rows(results, read["gbps"]), headers=HEADERS, tablefmt="github")
     first = tabulate(
         _first_token_rows(results, str(args.batches[0])),
-        headers=["model", *(column for column, _ in FIRST_TOKEN)],
+        headers=first_token_headers(args.caches),
         tablefmt="github",
     )
     print(speed, first, sep="\n\n")

@@ -73,9 +73,17 @@ def markdown(
             "",
             f"Time to the first decoded token at batch {args.batches[0]}: a fresh "
             "process's first generate() of two tokens (the prefill's and one "
-            "decode step's), compiling included; *empty caches*: every compile "
-            "cache empty but this machine's product timings (taken once per "
-            "machine: a run that had to take them shows it here); *warm*: a "
+            "decode step's), compiling included; "
+            + (
+                "*user's caches*: the user's compile caches as earlier runs "
+                "left them (`--caches user`: a graph found there is loaded, "
+                "not compiled); "
+                if args.caches == "user"
+                else "*empty caches*: every compile cache empty but this "
+                "machine's product timings (taken once per machine: a run "
+                "that had to take them shows it here); "
+            )
+            + "*warm*: a "
             "second fresh process over the caches the first "
             "filled; *background compile*: `TORCH_MAX_BACKEND_BACKGROUND_COMPILE=1`"
             ", the decode step running in PyTorch until its MAX graph is ready. "

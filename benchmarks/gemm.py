@@ -17,6 +17,11 @@ most 8 rows the product is also timed with the skinny Mojo kernel our
 lowering uses for such products (kernels/mojo/skinny_matmul.mojo). Where a
 vendor BLAS is found (MKL, kernels/vendor_blas.py) each shape is also timed
 through our vendor kernel inside a MAX graph, the ``vendor`` product strategy.
+
+``--forms`` times each shape's forms as ``product_strategy="auto"`` does;
+with ``--streamed``, as it does in a graph whose weights outgrow the
+last-level cache: each call reads the next of several copies of the weight,
+from memory (kernels/product_timing.py).
 """
 
 from __future__ import annotations
@@ -217,8 +222,9 @@ def _alternating_child(runs: int, rows: int) -> dict[str, Any]:
     }
 
 
-def _forms_child(runs: int, rows: int) -> dict[str, Any]:
-    """Each shape's forms as the lowering times them (product_strategy auto)."""
+def _forms_child(runs: int, rows: int, streamed: bool = False) -> dict[str, Any]:
+    """Each shape's forms as the lowering times them (product_strategy auto),
+    the weight in the cache or (``streamed``) read from memory."""
     from torch_max_backend.kernels.product_timing import time_forms
     from torch_max_backend.kernels.vendor_blas import vendor_blas
 
@@ -228,11 +234,34 @@ def _forms_child(runs: int, rows: int) -> dict[str, Any]:
             forms = ["skinny", "matmul"] if m <= SKINNY_MAX_ROWS else ["matmul"]
             if m == 1 and weight_nk:
                 forms.insert(0, "row_sums")
+            if m <= SKINNY_MAX_ROWS and not weight_nk:
+                forms.insert(1, "streamed")
             if vendor_blas() is not None:
                 forms.append("vendor")
-            times = time_forms(m, k, n, weight_nk, forms)
+            times = time_forms(m, k, n, weight_nk, forms, streamed)
             figures[f"{m}x{k}x{n} {'[N,K]' if weight_nk else '[K,N]'}"] = times
     return figures
+
+
+_FORMS_HEADERS = ["M x K x N weight", "fastest", "its GB/s", "us per form"]
+
+
+def _forms_rows(timed: dict[str, dict[str, float]]) -> list[list[str]]:
+    """A row per shape: the fastest form, the rate at which it read the
+    weight, and every form's median."""
+    rows = []
+    for shape, times in timed.items():
+        best = min(times, key=times.__getitem__)
+        _, k, n = (int(v) for v in shape.split()[0].split("x"))
+        rows.append(
+            [
+                shape,
+                best,
+                f"{4 * k * n / times[best] / 1e3:.1f}",
+                ", ".join(f"{form} {us:.0f}" for form, us in times.items()),
+            ]
+        )
+    return rows
 
 
 CHILDREN = {
@@ -244,7 +273,7 @@ CHILDREN = {
 }
 
 
-def _spawn(which: str, runs: int, rows: int) -> dict[str, Any]:
+def _spawn(which: str, runs: int, rows: int, *more: str) -> dict[str, Any]:
     try:
         return child_json(
             [
@@ -256,6 +285,7 @@ def _spawn(which: str, runs: int, rows: int) -> dict[str, Any]:
                 str(runs),
                 "--rows",
                 str(rows),
+                *more,
             ]
         )
     except ChildFailed as e:
@@ -283,26 +313,25 @@ def main() -> None:
         help="only time each shape's product forms as product_strategy='auto' "
         "does (symbolic-size graphs, interleaved rounds, medians in us)",
     )
+    parser.add_argument(
+        "--streamed",
+        action="store_true",
+        help="with --forms: each call reads a copy of the weight that is not "
+        "in the cache, as in a graph whose weights outgrow the last-level cache",
+    )
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "forms":
+        figures = _forms_child(args.runs, args.rows, args.streamed)
+        print(json.dumps(figures), flush=True)
+        return
     if args.child:
         print(json.dumps(CHILDREN[args.child](args.runs, args.rows)), flush=True)
         return
     if args.forms:
-        timed = _spawn("forms", args.runs, args.rows)
-        print(
-            tabulate(
-                [
-                    [
-                        shape,
-                        min(times, key=times.__getitem__),
-                        ", ".join(f"{form} {us:.0f}" for form, us in times.items()),
-                    ]
-                    for shape, times in timed.items()
-                ],
-                headers=["M x K x N weight", "fastest", "us per form"],
-            )
-        )
+        streamed = ["--streamed"] if args.streamed else []
+        timed = _spawn("forms", args.runs, args.rows, *streamed)
+        print(tabulate(_forms_rows(timed), headers=_FORMS_HEADERS))
         return
     torch_figures = _spawn("torch", args.runs, args.rows)
     max_figures = _spawn("max", args.runs, args.rows)

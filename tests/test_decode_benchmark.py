@@ -126,8 +126,13 @@ def test_the_decode_section_names_the_options_it_ran_with():
         new_tokens=32,
         runs=5,
         batches=[1, 8],
+        caches="user",
         command="python -m benchmarks.decode --caches user --docs",
     )
     read = {"gbps": 20.0, "how": "torch.sum"}
     text = decode_docs.markdown(("speed", "first"), args, read, 14.0)
     assert "`python -m benchmarks.decode --caches user --docs`, 14 minutes" in text
+    # Over the user's caches the first processes' caches were not empty.
+    assert "*user's caches*" in text and "*empty caches*" not in text
+    assert "max, user's caches" in decode.first_token_headers("user")
+    assert "max, empty caches" in decode.first_token_headers("cold")
