@@ -1,6 +1,6 @@
-"""Our few-rows kernel for weights stored [K, N] that prefetches what it reads
-next (kernels/mojo_streamed) against eager, where it fits, and products
-timed with their weights read from memory."""
+"""Our few-rows kernel that prefetches the weight it reads next
+(kernels/mojo_streamed) against eager in both layouts, and products timed
+with their weights read from memory."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from torch_max_backend import max_backend
 from torch_max_backend.kernels import product_timing
 from torch_max_backend.lower import product_choice
 from torch_max_backend.lower.families import register_families
-from torch_max_backend.lower.ops.linalg import few_rows_times_kn_weight
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 from torch_max_backend.storage import product_choices
 
@@ -23,22 +22,23 @@ KERNEL = "torch_max_backend_streamed_matmul"
 
 def _products(x, w_kn, w_nk, bias):
     """[K, N] weights at 1, 3 and 8 rows (with addmm's scales), a view that
-    is not a stored weight, and a Linear's [N, K] weight, which the kernel
-    does not read."""
+    is not a stored weight, and a Linear's [N, K] weight at 8 and 5 rows."""
     return (
         torch.mm(x[:1], w_kn),
         torch.addmm(bias, x[:3], w_kn, beta=0.5, alpha=2.0),
         torch.mm(x, w_kn) + 1,
         torch.mm(x[:2], torch.cat([w_kn, w_kn], 1)[:, ::2]),
         F.linear(x, w_nk, bias),
+        F.linear(x[:5], w_nk[:-1]),  # 1099 rows: a block ends on one
     )
 
 
 def test_the_streamed_kernel_matches_eager(monkeypatch, max_calls, graph_texts):
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
     torch.manual_seed(0)
-    # K 521 (slices of 131 rows: groups of 4 and a tail of 3), N 1100 (tiles
-    # of 512 and one of 76; 32-column steps and a tail of 12).
+    # K 521 (slices of 131 rows: groups of 4 and a tail of 3; vectors of 16
+    # and a tail of 9), N 1100 (tiles of 512 and one of 76, 32-column steps
+    # and a tail of 12; blocks of 2 [N, K] rows).
     x, w_kn = torch.randn(8, 521), torch.randn(521, 1100)
     w_nk, bias = torch.randn(1100, 521), torch.randn(1100)
     compiled = torch.compile(
@@ -52,9 +52,8 @@ def test_the_streamed_kernel_matches_eager(monkeypatch, max_calls, graph_texts):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     assert max_calls.of("inference") == 1
     (text,) = graph_texts()
-    assert text.count(KERNEL) == 4
-    # The Linear's [N, K] weight as the rules build it: the skinny kernel.
-    assert text.count("torch_max_backend_skinny_matmul") == 1
+    assert text.count(KERNEL) == 6
+    assert text.count("weight_nk = true") == 2
 
 
 def test_the_streamed_kernel_counts_a_symbolic_batch_at_run_time(
@@ -62,35 +61,23 @@ def test_the_streamed_kernel_counts_a_symbolic_batch_at_run_time(
 ):
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
     torch.manual_seed(0)
-    w_kn = torch.randn(260, 130)
+    w_kn, w_nk = torch.randn(260, 130), torch.randn(130, 260)
+
+    def products(x, w_kn, w_nk):
+        return torch.mm(x, w_kn), F.linear(x, w_nk)
+
     compiled = torch.compile(
-        torch.mm, backend=max_backend, options={"product_strategy": "streamed"}
+        products, backend=max_backend, options={"product_strategy": "streamed"}
     )
     for rows in (2, 5, 19, 8):
         x = torch.randn(rows, 260)
         torch._dynamo.mark_dynamic(x, 0)
-        torch.testing.assert_close(compiled(x, w_kn), x @ w_kn, rtol=1e-4, atol=1e-4)
+        got, want = compiled(x, w_kn, w_nk), products(x, w_kn, w_nk)
+        for g, e in zip(got, want, strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     (text,) = graph_texts()  # one graph: blocks of 8 rows, then the rest
-    assert KERNEL in text and "rows = 0 : index" in text
+    assert text.count(KERNEL) == 2 and "rows = 0 : index" in text
     assert max_calls.count == 4
-
-
-@pytest.mark.parametrize(
-    ("fn", "inputs", "reason"),
-    [
-        (torch.mm, (torch.zeros(8, 512), torch.zeros(512, 768)), None),
-        (F.linear, (torch.zeros(8, 512), torch.zeros(768, 512)), "a weight stored"),
-        (torch.mm, (torch.zeros(9, 512), torch.zeros(512, 768)), "no rows, or more"),
-        (torch.mm, (torch.zeros(8, 64), torch.zeros(64, 96)), "a weight small enough"),
-    ],
-    ids=["kn-eight-rows", "linear", "nine-rows", "small-weight"],
-)
-def test_the_streamed_kernel_takes_few_rows_times_a_kn_weight(fn, inputs, reason):
-    gm = make_fx(fn, tracing_mode="fake")(*inputs)
-    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
-    found = few_rows_times_kn_weight(node)
-    # reason: what the refusal starts with
-    assert found == reason if reason is None else found.startswith(reason)
 
 
 def _graph_holding(mib: int) -> torch.fx.Graph:

@@ -11,8 +11,8 @@ product strategies that build them (lower/ops/linalg.py):
 - ``row_sums``: one row times each stored weight row, summed;
 - ``vendor``: the vendor BLAS through our kernel (vendor_blas.py);
 - ``tiled``: our register-tiled kernel (kernels/mojo_tiled/tiled_matmul.mojo);
-- ``streamed``: our few-rows kernel for a weight stored [K, N] that
-  prefetches its next rows (kernels/mojo_streamed/streamed_matmul.mojo).
+- ``streamed``: our few-rows kernel that prefetches the weight it reads
+  next (kernels/mojo_streamed/streamed_matmul.mojo).
 
 W is stored [K, N], or [N, K] (``weight_nk``: a Linear's weight, read
 transposed). The forms run interleaved, round after round, and each keeps
@@ -102,7 +102,7 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
     if form == "tiled":
         return _custom(TILED, "torch_max_backend_tiled_matmul", x_km=False)
     if form == "streamed":
-        return _custom(STREAMED, "torch_max_backend_streamed_matmul", False, rows=0)
+        return _custom(STREAMED, "torch_max_backend_streamed_matmul", rows=0)
     if form == "vendor":
         found = vendor_blas()
         if found is None:

@@ -1,16 +1,18 @@
-# A float32 product of a few rows with a weight stored [K, N] on the CPU (the
-# Conv1D layers of GPT-2-style models, `x @ W` in user code), at the speed
-# the weight streams from memory. Such a product reads every weight element
+# A float32 product of a few rows with a large weight on the CPU (a decode
+# step's Linear and Conv1D layers), at the speed the weight streams from
+# memory. Such a product reads every weight element
 # once for a few multiply-adds, so in a model whose weights do not fit the
 # CPU's cache its time is the time to bring the weight in. Read in tiles of
 # a few rows, a [K, N] weight is a stride of short runs, which the CPU's own
 # prefetchers barely follow: MAX's matmul, MKL and our skinny kernel read
 # such weights at 9-11 GB/s at 8 rows where `torch.sum` reads 16-19 GB/s
 # (Intel Xeon, 2 cores; docs/benchmarks.md, "Products that stream their
-# weights"). Here each task owns a slice of K, so that its weight rows are
-# one contiguous region, runs over it in column tiles whose partial sums
+# weights"). W [K, N]: each task owns a slice of K, so that its weight rows
+# are one contiguous region, runs over it in column tiles whose partial sums
 # stay in the first-level cache, and asks for the rows it will read next
-# (`_AHEAD` row groups on) while it multiplies the current ones.
+# (`_AHEAD` row groups on) while it multiplies the current ones. W [N, K] (a
+# Linear's weight): each task owns a block of W's rows, takes two at a time
+# against every input row, and asks for each row's values `_AHEAD_NK` on.
 
 import extensibility
 from extensibility import InputTensor, OutputTensor
@@ -35,18 +37,25 @@ comptime _AHEAD = 2
 comptime _BLOCK_ROWS = 8
 # A task's slice of K has at least this many rows.
 comptime _MIN_SLICE = 32
+# W [N, K]: how far along a weight row the prefetches run, in values (4 KiB:
+# at 8 rows 8x768x2304 from memory took 684 us so, 912 without, against
+# 1125 on MAX's matmul; Intel Xeon, 2026-12-01).
+comptime _AHEAD_NK = 1024
 
 
 @extensibility.register("torch_max_backend_streamed_matmul")
 struct StreamedMatmul:
-    """`output[rows, N] = x[rows, K] @ W`, W stored [K, N], dense row-major;
-    `rows` 0: counted at run time and done `_BLOCK_ROWS` at a time."""
+    """`output[rows, N] = x[rows, K] @ W`, W stored [K, N], or [N, K] when
+    `weight_nk` is set (a Linear's weight, read transposed), all dense
+    row-major; `rows` 0: counted at run time and done `_BLOCK_ROWS` at a
+    time."""
 
     @staticmethod
     def execute[
         dtype: DType,
         //,
         rows: Int,
+        weight_nk: Bool,
         target: StaticString,
     ](
         output: OutputTensor[dtype=dtype, rank=2, ...],
@@ -58,29 +67,106 @@ struct StreamedMatmul:
         var k_len = x.dim_size(1)
         var n_len = output.dim_size(1)
         var dense = x.strides()[1] == 1 and w.strides()[1] == 1 and output.strides()[1] == 1
-        if not dense or x.strides()[0] != k_len or w.strides()[0] != n_len or output.strides()[0] != n_len:
+        var w_row = k_len if weight_nk else n_len
+        if not dense or x.strides()[0] != k_len or w.strides()[0] != w_row or output.strides()[0] != n_len:
             raise Error("torch_max_backend_streamed_matmul: operands must be dense and row-major")
         var xp = x.unsafe_ptr()
         var wp = w.unsafe_ptr()
         var op = output.unsafe_ptr()
         comptime if rows > 0:
-            _rows_times_weight[rows](op, xp, wp, n_len, k_len)
+            _rows_times_weight[rows, weight_nk](op, xp, wp, n_len, k_len)
         else:
             var total = x.dim_size(0)
             var first = 0
             while total - first >= _BLOCK_ROWS:
-                _rows_times_weight[_BLOCK_ROWS](
+                _rows_times_weight[_BLOCK_ROWS, weight_nk](
                     op.unsafe_offset(first * n_len), xp.unsafe_offset(first * k_len), wp, n_len, k_len
                 )
                 first += _BLOCK_ROWS
             comptime for left in range(1, _BLOCK_ROWS):
                 if total - first == left:
-                    _rows_times_weight[left](
+                    _rows_times_weight[left, weight_nk](
                         op.unsafe_offset(first * n_len), xp.unsafe_offset(first * k_len), wp, n_len, k_len
                     )
 
 
 def _rows_times_weight[
+    dtype: DType, //, count: Int, weight_nk: Bool
+](
+    result: UnsafePointer[Scalar[dtype], MutAnyOrigin],
+    x: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
+    w: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
+    n_len: Int,
+    k_len: Int,
+) raises:
+    comptime if weight_nk:
+        _rows_times_stored_rows[count](result, x, w, n_len, k_len)
+    else:
+        _rows_times_kn_weight[count](result, x, w, n_len, k_len)
+
+
+def _rows_times_stored_rows[
+    dtype: DType, //, count: Int
+](
+    result: UnsafePointer[Scalar[dtype], MutAnyOrigin],
+    x: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
+    w: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
+    n_len: Int,
+    k_len: Int,
+) raises:
+    """W [N, K]: result[m, n] is row m of x dotted with row n of W, two of
+    W's rows at a time, count * 2 vectors of partial sums."""
+    comptime width = simd_width_of[dtype]()
+    comptime pair = 2
+    # A few tasks a core, so that a slow core holds the rest up less.
+    var tasks = 4 * num_physical_cores()
+    var block = max(pair, ceildiv(ceildiv(n_len, tasks), pair) * pair)
+
+    def dot_rows(task: Int) {var}:
+        var acc = stack_allocation[count * pair * width, dtype]()
+        var n = task * block
+        var n_end = min(n_len, n + block)
+        while n < n_end:
+            var live = min(pair, n_end - n)
+            comptime for t in range(count * pair):
+                acc.unsafe_offset(t * width).unsafe_store(SIMD[dtype, width](0))
+            var k = 0
+            if live == pair:
+                var row0 = w.unsafe_offset(n * k_len)
+                var row1 = w.unsafe_offset((n + 1) * k_len)
+                # Past a row's end the prefetches run on into the next rows,
+                # never past W's last value.
+                var last = (n_len - n - 1) * k_len - _AHEAD_NK
+                while k + width <= k_len:
+                    if k < last:
+                        prefetch(row0.unsafe_offset(k + _AHEAD_NK))
+                        prefetch(row1.unsafe_offset(k + _AHEAD_NK))
+                    var w0 = row0.unsafe_offset(k).unsafe_load[width=width]()
+                    var w1 = row1.unsafe_offset(k).unsafe_load[width=width]()
+                    comptime for m in range(count):
+                        var xv = x.unsafe_offset(m * k_len + k).unsafe_load[width=width]()
+                        var a0 = acc.unsafe_offset((m * pair) * width)
+                        var a1 = acc.unsafe_offset((m * pair + 1) * width)
+                        a0.unsafe_store(xv.fma(w0, a0.unsafe_load[width=width]()))
+                        a1.unsafe_store(xv.fma(w1, a1.unsafe_load[width=width]()))
+                    k += width
+            # The values after the last whole vector; a block's odd last row
+            # entirely (k is still 0 for it).
+            for c in range(live):
+                comptime for m in range(count):
+                    var total = Scalar[dtype](0)
+                    if live == pair:
+                        total = acc.unsafe_offset((m * pair + c) * width).unsafe_load[width=width]().reduce_add()
+                    for t in range(k, k_len):
+                        total += x.unsafe_offset(m * k_len + t).unsafe_load() * w.unsafe_offset((n + c) * k_len + t).unsafe_load()
+                    result.unsafe_offset(m * n_len + n + c).unsafe_store(total)
+            n += pair
+
+    if n_len > 0:
+        parallelize(dot_rows, ceildiv(n_len, block))
+
+
+def _rows_times_kn_weight[
     dtype: DType, //, count: Int
 ](
     result: UnsafePointer[Scalar[dtype], MutAnyOrigin],

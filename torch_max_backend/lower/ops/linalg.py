@@ -129,16 +129,6 @@ def few_rows_times_large_weight(node: torch.fx.Node) -> str | None:
     return None
 
 
-def few_rows_times_kn_weight(node: torch.fx.Node) -> str | None:
-    """What the skinny kernel takes, with the weight stored [K, N] (GPT-2's Conv1D, `x @ W`): our kernel that prefetches the weight rows it reads next."""
-    unfit = few_rows_times_large_weight(node)
-    if unfit is not None:
-        return unfit
-    if _reads_stored_rows(_operands(node)[1]):
-        return "a weight stored [N, K]"
-    return None
-
-
 def _stored_weight(mat2: TensorValue) -> tuple[TensorValue, bool]:
     """The weight as it is stored, and whether that is [N, K] (a Linear's,
     which the graph reads transposed): MAX folds the transpose taken here
@@ -189,19 +179,17 @@ def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     )
 
 
-def _few_rows_times_kn_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
-    # At 8 rows MAX's matmul, MKL and the skinny kernel read a [K, N] weight
-    # from memory at 9-11 GB/s, this kernel at 13-17 (docs/benchmarks.md,
-    # "Products that stream their weights").
-    (result,) = custom(
+def _few_rows_streamed(rows: TensorValue, mat2: TensorValue) -> TensorValue:
+    # At 8 rows MAX's matmul, MKL and the skinny kernel read a weight from
+    # memory at 6-11 GB/s, this kernel, which prefetches what it reads next,
+    # at 10-17 (docs/benchmarks.md, "Products that stream their weights").
+    return _kernel_product(
         STREAMED,
         "torch_max_backend_streamed_matmul",
-        [rows, mat2],
-        [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
-        rows.device,
-        parameters={"rows": static_size(rows.shape[0]) or 0},
+        rows,
+        mat2,
+        rows=static_size(rows.shape[0]) or 0,
     )
-    return result
 
 
 def vendor_fits(node: torch.fx.Node) -> str | None:
@@ -284,7 +272,7 @@ def _mm_by_skinny_kernel(self: TensorValue, mat2: TensorValue) -> TensorValue:
 
 def _mm_by_streamed_kernel(self: TensorValue, mat2: TensorValue) -> TensorValue:
     """mm(Tensor self, Tensor mat2) -> Tensor"""
-    return _few_rows_times_kn_weight(self, mat2)
+    return _few_rows_streamed(self, mat2)
 
 
 def _mm(self: TensorValue, mat2: TensorValue) -> TensorValue:
@@ -311,7 +299,7 @@ mm = lowering_strategies(
     candidates=[
         Strategy("row_sums", _mm_by_row_sums, one_row_times_stored_rows),
         Strategy("skinny", _mm_by_skinny_kernel, few_rows_times_large_weight),
-        Strategy("streamed", _mm_by_streamed_kernel, few_rows_times_kn_weight),
+        Strategy("streamed", _mm_by_streamed_kernel, few_rows_times_large_weight),
         Strategy("matmul", _mm),
         Strategy("vendor", _mm_by_vendor, vendor_fits),
         Strategy("tiled", _mm_by_tiled_kernel, tiled_fits),
@@ -355,7 +343,7 @@ addmm = lowering_strategies(
             "skinny", _addmm_by(_few_rows_times_weight), few_rows_times_large_weight
         ),
         Strategy(
-            "streamed", _addmm_by(_few_rows_times_kn_weight), few_rows_times_kn_weight
+            "streamed", _addmm_by(_few_rows_streamed), few_rows_times_large_weight
         ),
         Strategy("matmul", _addmm_by(product)),
         Strategy("vendor", _addmm_by(_vendor_product), vendor_fits),
