@@ -13,6 +13,7 @@ from torch_max_backend import max_backend
 from torch_max_backend.kernels import product_timing
 from torch_max_backend.lower import product_choice
 from torch_max_backend.lower.families import register_families
+from torch_max_backend.lower.ops.linalg import streamed_fits
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 from torch_max_backend.storage import product_choices
 
@@ -78,6 +79,22 @@ def test_the_streamed_kernel_counts_a_symbolic_batch_at_run_time(
     (text,) = graph_texts()  # one graph: blocks of 8 rows, then the rest
     assert text.count(KERNEL) == 2 and "rows = 0 : index" in text
     assert max_calls.count == 4
+
+
+@pytest.mark.parametrize(
+    ("fn", "inputs", "fits"),
+    [
+        (torch.mm, (torch.zeros(1, 512), torch.zeros(512, 768)), True),
+        (F.linear, (torch.zeros(2, 512), torch.zeros(768, 512)), True),
+        (F.linear, (torch.zeros(1, 512), torch.zeros(768, 512)), False),
+        (torch.mm, (torch.zeros(9, 512), torch.zeros(512, 768)), False),
+    ],
+    ids=["one-row-kn", "two-rows-linear", "one-row-linear", "nine-rows"],
+)
+def test_where_the_streamed_kernel_fits(fn, inputs, fits):
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    assert (streamed_fits(node) is None) == fits
 
 
 def _graph_holding(mib: int) -> torch.fx.Graph:

@@ -1,7 +1,7 @@
 """Which way a float32 product on the CPU is built: measured, per machine and shape.
 
 mm and addmm have several strategies (lower/ops/linalg.py): MAX's matmul,
-our few-rows kernels (``skinny``; ``streamed`` for a weight stored [K, N]),
+our few-rows kernels (``skinny``; ``streamed``, which prefetches the weight),
 row sums for one row (``row_sums``) and the vendor BLAS (``vendor``). Which is fastest depends on the machine: MAX's
 kernels beat MKL on an AMD EPYC and lose to it on an Intel Xeon
 (docs/benchmarks.md). So, as Inductor's max-autotune times extern GEMMs
