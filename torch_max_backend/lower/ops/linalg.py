@@ -177,33 +177,29 @@ def _kernel_product(
     return product
 
 
-def _few_rows_times_weight(rows: TensorValue, mat2: TensorValue) -> TensorValue:
-    # MAX's matmul streams a large weight at about half the memory's speed for
-    # one to eight rows, and a few shapes of a weight stored [K, N] at a tenth
-    # (benchmarks.gemm --rows 1 and 8); this kernel reads each stored weight
-    # row once, front to back.
-    return _kernel_product(
-        SHIPPED,
-        "torch_max_backend_skinny_matmul",
-        rows,
-        mat2,
-        # 0: the kernel counts the rows at run time, 8 at a time, so a later
-        # call with more rows than the capture saw is still right.
-        rows=static_size(rows.shape[0]) or 0,
-    )
+def _few_rows_by(
+    library: MojoLibrary, kernel: str
+) -> Callable[[TensorValue, TensorValue], TensorValue]:
+    """A product of a few rows by one of our few-rows kernels, told the rows'
+    count, or 0: counted at run time, 8 at a time, so that a later call with
+    more rows than the capture saw is still right."""
+
+    def few_rows(rows: TensorValue, mat2: TensorValue) -> TensorValue:
+        count = static_size(rows.shape[0]) or 0
+        return _kernel_product(library, kernel, rows, mat2, rows=count)
+
+    return few_rows
 
 
-def _few_rows_streamed(rows: TensorValue, mat2: TensorValue) -> TensorValue:
-    # At 8 rows MAX's matmul, MKL and the skinny kernel read a weight from
-    # memory at 6-11 GB/s, this kernel, which prefetches what it reads next,
-    # at 10-17 (docs/benchmarks.md, "Products that stream their weights").
-    return _kernel_product(
-        STREAMED,
-        "torch_max_backend_streamed_matmul",
-        rows,
-        mat2,
-        rows=static_size(rows.shape[0]) or 0,
-    )
+# MAX's matmul streams a large weight at about half the memory's speed for
+# one to eight rows, and a few shapes of a weight stored [K, N] at a tenth
+# (benchmarks.gemm --rows 1 and 8); this kernel reads each stored weight
+# row once, front to back.
+_few_rows_times_weight = _few_rows_by(SHIPPED, "torch_max_backend_skinny_matmul")
+# At 8 rows MAX's matmul, MKL and the skinny kernel read a weight from memory
+# at 6-11 GB/s, this kernel, which prefetches what it reads next, at 10-17
+# (docs/benchmarks.md, "Products that stream their weights").
+_few_rows_streamed = _few_rows_by(STREAMED, "torch_max_backend_streamed_matmul")
 
 
 def vendor_fits(node: torch.fx.Node) -> str | None:
