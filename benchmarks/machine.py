@@ -32,18 +32,11 @@ def _cpuinfo() -> dict[str, str]:
 
 
 def _last_level_cache() -> str:
-    """The largest cache of CPU 0, as the kernel reports it ("32768K")."""
-    caches = Path("/sys/devices/system/cpu/cpu0/cache")
-    best = (0, "unknown")
-    for index in sorted(caches.glob("index*")):
-        try:
-            level = int((index / "level").read_text())
-            size = (index / "size").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        if level > best[0]:
-            best = (level, f"L{level} {size}")
-    return best[1]
+    """The largest cache of CPU 0, as the kernel reports it ("L3 32768K")."""
+    from torch_max_backend.storage.product_choices import last_level_cache
+
+    found = last_level_cache()
+    return "unknown" if found is None else f"L{found[0]} {found[1] // 1024}K"
 
 
 def _family_model(info: dict[str, str]) -> str | None:

@@ -70,23 +70,19 @@ def _row_sums(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
 
 
 def _custom(
-    kernels: MojoLibrary,
-    kernel: str,
-    layout: bool = True,
-    **parameters: bool | int | str,
+    kernels: MojoLibrary, kernel: str, **parameters: bool | int | str
 ) -> Callable[[TensorValue, TensorValue, bool], TensorValue]:
-    """A product by one of our kernels; ``layout``: whether the kernel is told
-    the weight's layout (``weight_nk``) or reads [K, N] only."""
-
     def build(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
         n = w.shape[0] if weight_nk else w.shape[1]
         out = TensorType(DType.float32, [x.shape[0], n], x.device)
-        given = dict(parameters)
-        if layout:
-            given["weight_nk"] = weight_nk
-        elif weight_nk:
-            raise ValueError(f"{kernel} reads a weight stored [K, N] only")
-        (y,) = custom(kernels, kernel, [x, w], [out], x.device, given)
+        (y,) = custom(
+            kernels,
+            kernel,
+            [x, w],
+            [out],
+            x.device,
+            {**parameters, "weight_nk": weight_nk},
+        )
         return y
 
     return build

@@ -48,6 +48,7 @@ from ..storage.product_choices import (
     last_level_cache_bytes,
     machine_identity,
 )
+from .kit import size_hint
 from .products import SUMMED_PRODUCT_LIMIT
 from .registry import Strategy
 
@@ -115,7 +116,7 @@ def _tensor_bytes(node: torch.fx.Node) -> int:
     meta = node.meta.get("val")
     if not isinstance(meta, torch.Tensor):
         return 0
-    sizes = [s if isinstance(s, int) else s.node.hint for s in meta.shape]
+    sizes = [size_hint(s) for s in meta.shape]
     if any(s is None for s in sizes):
         return 0
     return math.prod(sizes) * meta.element_size()
@@ -191,7 +192,6 @@ def choose_by_measurement(
         shape = shape_of(node)
         if shape is None:
             return fitting[0]
-        shape = dataclasses.replace(shape, streamed=weights_stream(node.graph))
         work = math.prod((shape.rows, shape.k, shape.n))
         if work < MIN_TIMED_WORK:
             return fitting[0]
@@ -202,6 +202,8 @@ def choose_by_measurement(
             names = [name for name in names if name != "matmul"]
         if len(names) < 2:
             return fitting[0]
+        # Only a product that is timed asks how its graph reads its weights.
+        shape = dataclasses.replace(shape, streamed=weights_stream(node.graph))
         best = measured(shape, names)
         return by_name.get(best, fitting[0]) if best is not None else fitting[0]
 

@@ -43,8 +43,9 @@ def machine_identity(vendor_library: str) -> str:
 
 
 @functools.cache
-def last_level_cache_bytes() -> int | None:
-    """The CPU's last-level cache in bytes (Linux's sysfs), None where unknown."""
+def last_level_cache() -> tuple[int, int] | None:
+    """The level of the CPU's last data cache and its bytes (Linux's sysfs),
+    None where unknown."""
     caches = Path("/sys/devices/system/cpu/cpu0/cache")
     best: tuple[int, int] | None = None
     for index in caches.glob("index*"):
@@ -59,7 +60,13 @@ def last_level_cache_bytes() -> int | None:
         if kind != "Instruction" and digits.isdigit():
             found = (level, int(digits) * scale)
             best = found if best is None or found > best else best
-    return best[1] if best else None
+    return best
+
+
+def last_level_cache_bytes() -> int | None:
+    """The CPU's last-level cache in bytes, None where unknown."""
+    found = last_level_cache()
+    return found[1] if found else None
 
 
 def table_path(identity: str) -> Path:
