@@ -33,7 +33,7 @@ def test_a_summed_graph_switches_to_matmul_and_records_it(monkeypatch, graph_tex
     real_remember = product_upgrade.remember
 
     def remember(*args, **kwargs):
-        remembered.append((args[1].largest_sum, kwargs))
+        remembered.append((args[1].largest_upgradable_sum, kwargs))
         real_remember(*args, **kwargs)
 
     monkeypatch.setattr(product_upgrade, "remember", remember)

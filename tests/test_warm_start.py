@@ -168,6 +168,22 @@ def test_an_unreadable_record_is_removed_and_the_graph_built(records):
     assert json.loads(path.read_text())["graph_key"]  # a good one written again
 
 
+def test_a_record_from_before_few_row_sums_stopped_counting_is_rebuilt(records):
+    # Such a record's "largest_sum" counted a decode step's attention, whose
+    # graph would compile a matmul version for nothing: built once more.
+    x, w = _inputs(rows=7)
+    _run(_layer, x, w)
+    path = records[-1]
+    record = json.loads(path.read_text())
+    record["largest_sum"] = record.pop("largest_upgradable_sum")
+    path.write_text(json.dumps(record))
+    reset_compile_stats()
+    torch.testing.assert_close(_run(_layer, x, w), _layer(x, w))
+    stats = compile_stats()
+    assert stats.warm_starts == 0 and stats.graphs_built == 1
+    assert "largest_upgradable_sum" in json.loads(path.read_text())
+
+
 def test_a_record_whose_artifact_is_gone_is_forgotten(records, empty_table):
     x, w = _inputs(rows=6)
     _run(_layer, x, w)

@@ -108,7 +108,7 @@ def compile_aten_graph(
                 gm,
                 compiled,
                 warm.plan,
-                warm.largest_sum,
+                warm.largest_upgradable_sum,
                 fingerprint,
                 settings,
             )

@@ -10,7 +10,11 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torch_max_backend.lower.builder import build_graph, graph_fingerprint
-from torch_max_backend.lower.products import SUMMED_PRODUCT_LIMIT
+from torch_max_backend.lower.products import (
+    MATMUL_FASTER_FROM,
+    MATMUL_FASTER_ROWS,
+    SUMMED_PRODUCT_LIMIT,
+)
 from torch_max_backend.pipeline.graph_builds import GraphBuilds
 from torch_max_backend.settings import Settings
 
@@ -104,3 +108,30 @@ def test_compile_options_reach_the_build(monkeypatch):
         settings = Settings.resolve(None, mode)
         built = GraphBuilds(gm, None, settings.summed_products).build(gm)
         assert str(built.graph).count("rmo.matmul") == matmuls
+
+
+def _largest_upgradable_sum(fn, *inputs: torch.Tensor) -> int:
+    return build_graph(make_fx(fn)(*inputs)).largest_upgradable_sum
+
+
+def test_only_sums_of_many_rows_call_for_the_matmul_upgrade():
+    # A decode step's attention at batch 8: one query row a head (or a group
+    # of two), 8 x 8 x 65 x 64 multiply-adds, past MATMUL_FASTER_FROM. Summed,
+    # it ran as fast as on MAX's matmul, so its graph is not upgraded.
+    q, k, v = _z(8, 8, 1, 64), _z(8, 8, 65, 64), _z(8, 8, 65, 64)
+    assert MATMUL_FASTER_FROM <= 8 * 8 * 65 * 64 <= SUMMED_PRODUCT_LIMIT
+    assert _largest_upgradable_sum(F.scaled_dot_product_attention, q, k, v) == 0
+    grouped = _z(8, 4, 65, 64)
+    gqa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
+    assert _largest_upgradable_sum(gqa, q, grouped, grouped) == 0
+    weights = _z(32, 64, 65)
+    few = _z(32, MATMUL_FASTER_ROWS - 1, 64)
+    assert _forms(torch.bmm, few, weights) == (0, 1)  # summed, but not counted
+    assert _largest_upgradable_sum(torch.bmm, few, weights) == 0
+    # As many rows as the threshold: the T5-like products it was made for.
+    many = _z(32, MATMUL_FASTER_ROWS, 64)
+    assert (
+        _largest_upgradable_sum(torch.bmm, many, weights)
+        == 32 * MATMUL_FASTER_ROWS * 64 * 65
+    )
+    assert _largest_upgradable_sum(F.linear, _z(32, 64), _z(64, 64)) == 32 * 64 * 64

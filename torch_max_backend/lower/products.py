@@ -42,6 +42,15 @@ SUMMED_PRODUCT_LIMIT = 1 << 21
 # (pipeline/product_upgrade.py; the model check's T5 and llama, 32 x 64 x 64 products,
 # ran 2-3x slower summed, AMD EPYC).
 MATMUL_FASTER_FROM = 1 << 17
+# ... and over this many rows (M): a product of fewer is a few dot products
+# a matrix, with nothing for the matmul's register blocking to reuse. A
+# decode step's attention (one query row a head, a group's few under
+# grouped-query attention) ran no faster on MAX's matmul: eight layers at
+# batch 8 took 2.6 ms summed against 3.2, 3.1 against 2.8 with two rows a
+# group, and as long either way at 4 and 8 rows; meanwhile the upgrade's
+# compile, beside the decode, halved its tokens a second for the minutes it
+# took (Intel Xeon 2 cores, docs/benchmarks.md).
+MATMUL_FASTER_ROWS = 9
 
 _HALF = (DType.float16, DType.bfloat16)
 
@@ -53,8 +62,9 @@ class ProductForms:
         self.sums_allowed = sums_allowed
         self.summed = 0
         self.matmuls = 0
-        # Multiply-adds of the largest product built as a sum.
-        self.largest_sum = 0
+        # Multiply-adds of the largest product built as a sum that MAX's
+        # matmul may run faster (of MATMUL_FASTER_ROWS rows or more).
+        self.largest_upgradable_sum = 0
 
     @property
     def mixed(self) -> bool:
@@ -156,14 +166,15 @@ def _product(
         # empty dim ("statically known dimensions must match").
         return _empty(a, make_b(), sizes[0])
     size = None if sizes is None else math.prod(sizes[0]) * sizes[1]
-    if _as_sum(size, a.device):
+    m = None if sizes is None else sizes[0][-2]
+    if _as_sum(size, m, a.device):
         return summed(a, make_b()) if rows is None else summed_along_rows(a, rows)
     return matmul(a, make_b())
 
 
-def _as_sum(size: int | None, device: DeviceRef) -> bool:
-    """Whether a product of ``size`` multiply-adds (None: unknown) is built
-    as a sum; recorded in the graph's forms either way."""
+def _as_sum(size: int | None, rows: int | None, device: DeviceRef) -> bool:
+    """Whether a product of ``size`` multiply-adds over ``rows`` rows (None:
+    unknown) is built as a sum; recorded in the graph's forms either way."""
     forms = _CURRENT.get()
     if (
         forms is not None
@@ -173,7 +184,8 @@ def _as_sum(size: int | None, device: DeviceRef) -> bool:
         and size <= SUMMED_PRODUCT_LIMIT
     ):
         forms.summed += 1
-        forms.largest_sum = max(forms.largest_sum, size)
+        if rows is None or rows >= MATMUL_FASTER_ROWS:
+            forms.largest_upgradable_sum = max(forms.largest_upgradable_sum, size)
         return True
     if forms is not None:
         forms.matmuls += 1
@@ -195,7 +207,7 @@ def group_product(a: TensorValue, b: TensorValue, most_rows: int | None) -> Tens
     unbounded), and the form is chosen as ``product`` would choose it for
     that many rows."""
     size = _bounded_size(most_rows, a.shape[-1], b.shape[-1])
-    return summed(a, b) if _as_sum(size, a.device) else matmul(a, b)
+    return summed(a, b) if _as_sum(size, most_rows, a.device) else matmul(a, b)
 
 
 def group_contraction(
@@ -207,7 +219,7 @@ def group_contraction(
     A group with none gives zeros, where MAX's matmul leaves its output
     unwritten."""
     size = _bounded_size(most, a.shape[0], b.shape[-1])
-    if _as_sum(size, a.device):
+    if _as_sum(size, static_size(a.shape[0]), a.device):
         return summed(a, b)
     zero = ops.constant(0, a.dtype, device=a.device)
     return ops.where(any_rows, matmul(a, b), zero)

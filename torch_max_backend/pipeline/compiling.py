@@ -100,7 +100,7 @@ def start_max(
                     gm,
                     compiled,
                     built.plan,
-                    built.largest_sum,
+                    built.largest_upgradable_sum,
                     fingerprint,
                     settings,
                 )

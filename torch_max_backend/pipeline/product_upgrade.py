@@ -6,15 +6,17 @@ would add about 50 s, but every call pays for it: the model check's T5 and
 llama configs ran 2-3x slower summed than on the matmul kernel
 (``python -m benchmarks.call_overhead --model llama``, docs/benchmarks.md).
 So the sums are only the quick first tier: once a graph with a summed
-product of ``MATMUL_FASTER_FROM`` multiply-adds or more is running (smaller
-sums run about as fast as the matmul, or faster: a decode step's attention),
-its matmul version is built on a thread of ours and compiled in a compile
-worker process at the lowest CPU priority (an upgrade compiled at normal
-priority on 2 cores made a training step's graphs 2-3x slower for the
+product of ``MATMUL_FASTER_FROM`` multiply-adds or more over
+``MATMUL_FASTER_ROWS`` rows or more is running (smaller sums, and those of a
+few rows such as a decode step's attention, run about as fast as the matmul,
+or faster), its matmul version is built on a thread of ours and compiled in
+a compile worker process at the lowest CPU priority (an upgrade compiled at
+normal priority on 2 cores made a training step's graphs 2-3x slower for the
 minutes it took), and the running graph switches to it with one attribute
 swap (``CompiledGraph.switch_model``). Its warm-start record then names the
 matmul artifact, so a later process starts on it at once; one that loads a
-record still naming the sums (its process ended first) upgrades the same way.
+record still naming the sums (its process ended first) upgrades the same
+way.
 
 Nothing is ever waited for: calls run on the sums until the switch, and a
 build or compile that fails leaves the graph on them (logged). Only where
@@ -52,12 +54,13 @@ _lock = threading.Lock()
 _jobs: set[Future[bool]] = set()
 
 
-def _worth_it(settings: Settings, plan: GraphPlan, largest_sum: int) -> bool:
-    """Whether a graph of ``plan`` whose largest summed product has
-    ``largest_sum`` multiply-adds gets its matmul version compiled: not
-    when every sum is small enough to run as fast as the matmul would."""
+def _worth_it(settings: Settings, plan: GraphPlan, largest: int) -> bool:
+    """Whether a graph of ``plan`` whose largest summed product of many rows
+    (``largest_upgradable_sum``) has ``largest`` multiply-adds gets its
+    matmul version compiled: not when every sum is small enough, or of few
+    enough rows, to run as fast as the matmul would."""
     return (
-        largest_sum >= MATMUL_FASTER_FROM
+        largest >= MATMUL_FASTER_FROM
         and settings.upgrade_products
         and plan.device.startswith("cpu")
         and worker_count() > 1
@@ -69,16 +72,17 @@ def start_upgrade(
     gm: torch.fx.GraphModule,
     compiled: CompiledGraph,
     plan: GraphPlan,
-    largest_sum: int,
+    largest_upgradable_sum: int,
     fingerprint: str | None,
     settings: Settings,
 ) -> Future[bool] | None:
-    """Where worth it (a summed product of ``largest_sum`` multiply-adds),
-    build ``gm`` (the whole graph of ``builds`` or one of its blocks) with
-    every product on MAX's matmul, compile it, then switch ``compiled``
-    (running ``plan``) to it; the future says whether it switched, None
-    when no upgrade was started. Returns at once."""
-    if not _worth_it(settings, plan, largest_sum):
+    """Where worth it (a summed product of ``largest_upgradable_sum``
+    multiply-adds over many rows), build ``gm`` (the whole graph of
+    ``builds`` or one of its blocks) with every product on MAX's matmul,
+    compile it, then switch ``compiled`` (running ``plan``) to it; the
+    future says whether it switched, None when no upgrade was started.
+    Returns at once."""
+    if not _worth_it(settings, plan, largest_upgradable_sum):
         return None
     upgrade = _Upgrade(
         builds.with_matmuls(),
@@ -118,7 +122,7 @@ class _Upgrade:
     def run(self) -> None:
         try:
             built = self.builds.build(self.gm)
-            if built.plan != self.plan or built.largest_sum:
+            if built.plan != self.plan or built.largest_upgradable_sum:
                 # Cannot happen for one ATen graph; never switch to a model
                 # whose inputs or outputs differ from the running one's.
                 self._stay("its matmul version plans other inputs or outputs")

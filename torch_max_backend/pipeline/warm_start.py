@@ -48,7 +48,7 @@ class WarmGraph:
     token: Hold
     seconds: float
     # The recorded graph's largest summed product (product_upgrade.py).
-    largest_sum: int = 0
+    largest_upgradable_sum: int = 0
 
 
 def start_warm(
@@ -73,6 +73,9 @@ def start_warm(
     try:
         plan = plan_from_data(saved["plan"])
         key = saved["graph_key"]
+        # A record written before few-row sums stopped counting for the
+        # upgrade names "largest_sum" instead: forgotten, so built once more.
+        upgradable = saved["largest_upgradable_sum"]
         artifact = path.parent.parent / _file_name(saved["artifact"])
         libraries = tuple(local_text(p) for p in saved["kernel_libraries"])
     except (KeyError, TypeError, ValueError) as e:
@@ -94,14 +97,13 @@ def start_warm(
     record_stats(warm_starts=1)
     seconds = time.perf_counter() - start
     _log.debug("torch-max-backend: warm start from %s in %.3fs", path, seconds)
-    summed = saved.get("largest_sum")
     return WarmGraph(
         plan,
         inputs.constants,
         model,
         token,
         seconds,
-        summed if isinstance(summed, int) else 0,
+        upgradable if isinstance(upgradable, int) else 0,
     )
 
 
@@ -133,7 +135,7 @@ def remember(
         {
             "plan": plan_to_data(built.plan),
             "index_origin": built.index_origin,
-            "largest_sum": built.largest_sum,
+            "largest_upgradable_sum": built.largest_upgradable_sum,
             "graph_key": record.key[0],
             "artifact": artifact.name,
             "kernel_libraries": [

@@ -60,9 +60,10 @@ class BuiltGraph:
     # Whether its inputs end with an index origin (lower/index_origin.py).
     index_origin: bool = False
     # Multiply-adds of its largest product built as a sum for compile
-    # time's sake (lower/products.py), 0 for none: a matmul version may
-    # replace it later (pipeline/product_upgrade.py).
-    largest_sum: int = 0
+    # time's sake over enough rows that MAX's matmul may run it faster
+    # (lower/products.py), 0 for none: a matmul version may replace it later
+    # (pipeline/product_upgrade.py).
+    largest_upgradable_sum: int = 0
 
     @property
     def device(self) -> torch.device:
@@ -384,5 +385,5 @@ class NodeWalk:
             ),
             constants=plan.constants,
             index_origin=plan.origin_index is not None,
-            largest_sum=self.products.largest_sum,
+            largest_upgradable_sum=self.products.largest_upgradable_sum,
         )
