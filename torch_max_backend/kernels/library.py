@@ -197,3 +197,8 @@ TILED = MojoLibrary("torch_max_backend_tiled", Path(__file__).parent / "mojo_til
 STREAMED = MojoLibrary(
     "torch_max_backend_streamed", Path(__file__).parent / "mojo_streamed"
 )
+# A decode step's attention (one query row a head) in one pass over the
+# key/value cache: likewise a library of its own.
+ATTENTION = MojoLibrary(
+    "torch_max_backend_attention", Path(__file__).parent / "mojo_attention"
+)
