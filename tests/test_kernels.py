@@ -18,7 +18,7 @@ from torch_max_backend import (
     mojo_op,
     reset_compile_stats,
 )
-from torch_max_backend.kernels.library import SHIPPED
+from torch_max_backend.kernels.library import ATTENTION, SHIPPED
 from torch_max_backend.lower.builder import build_graph
 from torch_max_backend.runtime import session
 
@@ -73,6 +73,25 @@ def test_graphs_without_custom_ops_load_no_kernel_library():
     assert build_graph(gm).graph.kernel_libraries_paths == []
     gm = make_fx(lambda x: ~x)(torch.ones(4, dtype=torch.int16))
     assert build_graph(gm).graph.kernel_libraries_paths == [SHIPPED.path()]
+
+
+def test_a_graph_of_two_libraries_leaves_the_next_graphs_theirs():
+    # MAX reuses a checked analysis of one library set for later graphs:
+    # the library a graph adds after its first kernel was checked must not
+    # reach the next graphs that load only the first.
+    def attention(q, k):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, k)
+
+    q, k, x = torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 5, 8), torch.ones(4).short()
+    gm = make_fx(lambda x, q, k: (~x, attention(q, k)))(x, q, k)
+    assert set(build_graph(gm).graph.kernel_libraries_paths) == {
+        SHIPPED.path(),
+        ATTENTION.path(),
+    }
+    gm = make_fx(lambda x: ~x)(x)
+    assert build_graph(gm).graph.kernel_libraries_paths == [SHIPPED.path()]
+    gm = make_fx(attention)(q, k)
+    assert build_graph(gm).graph.kernel_libraries_paths == [ATTENTION.path()]
 
 
 def test_float_bitwise_is_refused_with_its_reason():

@@ -28,7 +28,15 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from max.graph import BufferValue, DeviceRef, Graph, TensorType, TensorValue, ops
+from max.graph import (
+    BufferValue,
+    DeviceRef,
+    Graph,
+    KernelLibrary,
+    TensorType,
+    TensorValue,
+    ops,
+)
 
 from ..errors import MaxCompilerError
 from ..storage.cache_dir import kernel_build_dir, max_version
@@ -181,7 +189,17 @@ def _import(library: MojoLibrary) -> None:
     """Load ``library`` into the graph being built, unless an earlier op did."""
     graph = Graph.current
     path = library.path()
-    if path not in graph.kernel_libraries_paths:
+    loaded = graph.kernel_libraries_paths
+    if path not in loaded:
+        if loaded:
+            # MAX (26.7) keeps the analysis of a graph's libraries once a
+            # custom op is checked against it, keyed by those libraries, and
+            # hands that same object to later graphs with the same set: a
+            # library added to it in place would be carried by every later
+            # graph (a decode step's write_slot, then its attention, put the
+            # attention kernels in every graph after). This graph gets an
+            # analysis of its own.
+            graph._kernel_library = KernelLibrary(loaded)
         # MAX records a graph's libraries in the graph itself (and so in its
         # text, our cache key) when they are imported.
         graph._import_kernels([path])
