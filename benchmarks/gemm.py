@@ -36,7 +36,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks.child import ChildFailed, child_json
-from torch_max_backend.lower.ops.linalg import SKINNY_MAX_ROWS
+from torch_max_backend.lower.product_kernels import SKINNY_MAX_ROWS
 
 # (M, K, N): MLP hidden layers; GPT-2's attention input, MLP up and down
 # projections at 128 tokens; its tied LM head.

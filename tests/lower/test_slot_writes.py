@@ -7,7 +7,6 @@ copy that transformers' repeat_kv makes."""
 from __future__ import annotations
 
 import logging
-import re
 
 import pytest
 import torch
@@ -72,12 +71,6 @@ def test_only_one_position_writes_of_an_otherwise_unread_cache_go_in_place(
     assert all(w.dim == 2 for w in writes.values())
 
 
-def _result_shape(line: str) -> list[str]:
-    """The dims of the tensor an MLIR op line of MAX's graph returns."""
-    result = re.search(r"-> !mo\.tensor<\[([^\]]*)\]", line)
-    return result.group(1).split(", ") if result else []
-
-
 def test_a_decode_step_updates_the_cache_in_place(max_calls, caplog):
     torch.manual_seed(0)
     eager, compiled_module = StaticCache(), StaticCache()
@@ -120,17 +113,17 @@ def test_a_decode_step_updates_the_cache_in_place(max_calls, caplog):
     # Attention's scores read the key cache along its rows: no transposed
     # copy of it (each layer's had been a kernel of its own every token).
     assert "transpose" not in graph
-    # Attention's products (matmuls, or rank-5 products to be summed, as
-    # small ones are: lower/products.py) read the cache's 2 key/value heads,
-    # never 4 copies.
-    products = [
+    # Attention of one query row is our kernel (lower/ops/attention.py's
+    # one_query), which reads the caches' 2 key/value heads, never 4 copies,
+    # and no product is built for it.
+    (attention,) = [
         line
         for line in graph.splitlines()
-        if "rmo.matmul" in line
-        or ("rmo.mul(" in line and len(_result_shape(line)) == 5)
+        if 'symbol = "torch_max_backend_one_query_attention"' in line
     ]
-    assert len(products) == 2
-    assert all("[2, 4, " not in p for p in products)
+    assert attention.count(f"[2, 2, {CAPACITY}, 8]") == 2
+    assert f"[2, 4, {CAPACITY}" not in attention
+    assert "rmo.matmul" not in graph
 
 
 def test_repeat_kv_is_seen_through_only_as_transformers_writes_it():

@@ -13,7 +13,7 @@ from torch_max_backend import max_backend
 from torch_max_backend.kernels import product_timing
 from torch_max_backend.lower import product_choice
 from torch_max_backend.lower.families import register_families
-from torch_max_backend.lower.ops.linalg import streamed_fits
+from torch_max_backend.lower.product_kernels import streamed_fits
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 from torch_max_backend.storage import product_choices
 

@@ -4,7 +4,7 @@ Each way (a *form*) is one small MAX graph with symbolic sizes, compiled
 once per machine (MAX's own cache keeps it: about 20 s, 70 s for the matmul
 kernel, then about 2 s to load) and run here at the sizes asked, so timing a
 new shape costs milliseconds, not a compile. The forms, by the names of the
-product strategies that build them (lower/ops/linalg.py):
+product strategies that build them (lower/product_kernels.py):
 
 - ``matmul``: MAX's matmul kernel;
 - ``skinny``: our few-rows kernel (kernels/mojo/skinny_matmul.mojo);

@@ -19,11 +19,11 @@ import torch
 from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
-from ...kernels.library import ATTENTION, custom
-from ..context import derived_once
-from ..kit import fake_tensor, outputs_read, schema_args
-from ..scalars import as_tensor
-from ..shapes import static_size
+from ..kernels.library import ATTENTION, custom
+from .context import derived_once, unread_output
+from .kit import fake_tensor, outputs_read, schema_args
+from .scalars import as_tensor
+from .shapes import static_size
 
 # The kernel's bounds: the widest head and the most query heads a key/value
 # head serves (its running sums are on the stack).
@@ -96,9 +96,9 @@ def one_query_attention(
     mask: TensorValue | None,
     is_causal: bool,
     scale: float | None,
-) -> TensorValue:
+) -> tuple[TensorValue, TensorValue]:
     """Attention of ``q`` [B, Hq, 1, D] over ``k`` and ``v`` [B, Hkv, T, D]:
-    [B, Hq, 1, D]."""
+    [B, Hq, 1, D], and the log-sum-exp output, which nothing reads."""
     del is_causal  # refused by one_query_fits
     dim = static_size(q.shape[3])
     factor = scale if scale is not None else 1 / math.sqrt(dim or 1)
@@ -116,4 +116,4 @@ def one_query_attention(
         [TensorType(DType.float32, rows.shape, q.device)],
         q.device,
     )
-    return ops.reshape(out, q.shape)
+    return ops.reshape(out, q.shape), unread_output()

@@ -1,5 +1,5 @@
 """A decode step's attention (one query row a head) as one Mojo kernel
-(lower/ops/one_query_attention.py): where it is taken, and its results
+(lower/one_query_attention.py): where it is taken, and its results
 against eager PyTorch: masks of every kind, grouped heads, rows without a
 key, chunks of keys and heads of odd widths, a batch known at run time."""
 

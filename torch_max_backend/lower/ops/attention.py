@@ -26,12 +26,12 @@ from max.graph.ops.reduction import max as reduce_max
 
 from ..context import derived_once, unread_output
 from ..kit import fake_tensor, outputs_read, schema_args, unrepeated
+from ..one_query_attention import one_query_attention, one_query_fits
 from ..products import product, product_by_rows
 from ..registry import Strategy, lowering, lowering_strategies
 from ..scalars import as_tensor
 from ..shapes import positions, static_size
 from .elementwise import torch_exp
-from .one_query_attention import one_query_attention, one_query_fits
 
 aten = torch.ops.aten
 
@@ -296,17 +296,6 @@ def _inference_grouped(
     return ops.cast(out, q.dtype), unread_output()
 
 
-def _one_query(
-    q: TensorValue,
-    k: TensorValue,
-    v: TensorValue,
-    mask: TensorValue | None,
-    is_causal: bool,
-    scale: float | None,
-) -> tuple[TensorValue, TensorValue]:
-    return one_query_attention(q, k, v, mask, is_causal, scale), unread_output()
-
-
 def _attention_by(
     forward: Callable[..., tuple[TensorValue, TensorValue]],
 ) -> Callable[..., tuple[TensorValue, TensorValue]]:
@@ -332,7 +321,7 @@ flash_attention_for_cpu = lowering_strategies(
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     supports=_no_dropout_whole_groups,
     candidates=[
-        Strategy("one_query", _attention_by(_one_query), one_query_fits),
+        Strategy("one_query", _attention_by(one_query_attention), one_query_fits),
         Strategy("softmax", _attention_by(_inference), _lse_unread),
         Strategy("exp_over_sum", _attention_by(_inference_grouped), _lse_unread_on_cpu),
         Strategy("log_sum_exp", _attention_by(_forward)),
