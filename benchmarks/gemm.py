@@ -36,6 +36,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks.child import ChildFailed, child_json
+from benchmarks.gemm_forms import FORMS_HEADERS, forms_child, forms_rows
 from torch_max_backend.lower.product_kernels import SKINNY_MAX_ROWS
 
 # (M, K, N): MLP hidden layers; GPT-2's attention input, MLP up and down
@@ -222,50 +223,8 @@ def _alternating_child(runs: int, rows: int) -> dict[str, Any]:
     }
 
 
-def _forms_child(runs: int, rows: int, streamed: bool = False) -> dict[str, Any]:
-    """Each shape's forms as the lowering times them (product_strategy auto),
-    the weight in the cache or (``streamed``) read from memory."""
-    from torch_max_backend.kernels.product_timing import time_forms
-    from torch_max_backend.kernels.vendor_blas import vendor_blas
-
-    figures = {}
-    for m, k, n in _shapes(rows):
-        for weight_nk in (True, False):
-            forms = ["skinny", "matmul"] if m <= SKINNY_MAX_ROWS else ["matmul"]
-            if m == 1 and weight_nk:
-                forms.insert(0, "row_sums")
-            if m <= SKINNY_MAX_ROWS and not weight_nk:
-                forms.insert(1, "streamed")
-            if vendor_blas() is not None:
-                forms.append("vendor")
-            times = time_forms(m, k, n, weight_nk, forms, streamed)
-            figures[f"{m}x{k}x{n} {'[N,K]' if weight_nk else '[K,N]'}"] = times
-    return figures
-
-
-_FORMS_HEADERS = ["M x K x N weight", "fastest", "its GB/s", "us per form"]
-
-
-def _forms_rows(timed: dict[str, dict[str, float]]) -> list[list[str]]:
-    """A row per shape: the fastest form, the rate at which it read the
-    weight, and every form's median."""
-    rows = []
-    for shape, times in timed.items():
-        best = min(times, key=times.__getitem__)
-        _, k, n = (int(v) for v in shape.split()[0].split("x"))
-        rows.append(
-            [
-                shape,
-                best,
-                f"{4 * k * n / times[best] / 1e3:.1f}",
-                ", ".join(f"{form} {us:.0f}" for form, us in times.items()),
-            ]
-        )
-    return rows
-
-
 CHILDREN = {
-    "forms": _forms_child,
+    "forms": lambda runs, rows: forms_child(_shapes(rows)),
     "torch": _torch_child,
     "max": _max_child,
     "constant": _constant_child,
@@ -322,7 +281,7 @@ def main() -> None:
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "forms":
-        figures = _forms_child(args.runs, args.rows, args.streamed)
+        figures = forms_child(_shapes(args.rows), args.streamed)
         print(json.dumps(figures), flush=True)
         return
     if args.child:
@@ -331,7 +290,7 @@ def main() -> None:
     if args.forms:
         streamed = ["--streamed"] if args.streamed else []
         timed = _spawn("forms", args.runs, args.rows, *streamed)
-        print(tabulate(_forms_rows(timed), headers=_FORMS_HEADERS))
+        print(tabulate(forms_rows(timed), headers=FORMS_HEADERS))
         return
     torch_figures = _spawn("torch", args.runs, args.rows)
     max_figures = _spawn("max", args.runs, args.rows)
