@@ -221,6 +221,11 @@ def _lse_unread(node: torch.fx.Node) -> str | None:
     return None
 
 
+def _one_query_unread(node: torch.fx.Node) -> str | None:
+    """One float32 query row a head (a decode step) on the CPU, nothing reading the log-sum-exp, no is_causal, heads of at most 256 values, at most 16 query heads a key/value head."""
+    return _lse_unread_on_cpu(node) or one_query_fits(node)
+
+
 _LOWEST = float(torch.finfo(torch.float32).min)
 
 
@@ -321,7 +326,7 @@ flash_attention_for_cpu = lowering_strategies(
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     supports=_no_dropout_whole_groups,
     candidates=[
-        Strategy("one_query", _attention_by(one_query_attention), one_query_fits),
+        Strategy("one_query", _attention_by(one_query_attention), _one_query_unread),
         Strategy("softmax", _attention_by(_inference), _lse_unread),
         Strategy("exp_over_sum", _attention_by(_inference_grouped), _lse_unread_on_cpu),
         Strategy("log_sum_exp", _attention_by(_forward)),
