@@ -32,3 +32,12 @@ def foldable_ops(text: str) -> list[str]:
             if op not in _KEPT_AS_CONSTANTS:
                 found.append(op)
     return found
+
+
+def unread_inputs(text: str) -> list[str]:
+    """The inputs a MAX graph's text declares and no op reads (each one is
+    still passed at every call)."""
+    header, _, body = text.partition("\n")
+    declared = re.findall(r"(%arg\d+): !mo\.", header)
+    read = set(re.findall(r"%arg\d+\b", body))
+    return [name for name in declared if name not in read]

@@ -1,23 +1,35 @@
 """Adam and AdamW parameter updates each run as one in-place kernel
 (passes/adam_updates.py, kernels/mojo/adam_step.mojo): the parameter and its
-two moments read and written once, whatever the mutated-input budget; what
-the pattern does not cover (amsgrad) is lowered op by op."""
+two moments read and written once, whatever the mutated-input budget; the
+step count and its bias corrections as one more (passes/adam_counts.py,
+kernels/mojo_optimizer/adam_count.mojo); what the patterns do not cover
+(amsgrad, a count read elsewhere) is lowered op by op."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
+from graph_text import unread_inputs
 
 from torch_max_backend import max_backend
+from torch_max_backend.lower.passes.findings import GraphFindings
+from torch_max_backend.lower.passes.optimizer_updates import find_optimizer_updates
 
+from .aten_graphs import aten_graphs
 from .optimizer_params import params_with_grads
 
 KERNEL = "torch_max_backend_adam_step"
+COUNT = "torch_max_backend_adam_count"
 SHAPES = [(40, 37), (5,), (3, 4, 6)]
 
 
 def _optimizer(
-    kind: str, shapes: list[tuple[int, ...]], lr: object = 1e-2, **options
+    kind: str,
+    shapes: list[tuple[int, ...]],
+    lr: object = 1e-2,
+    **options,
 ) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
     """Parameters with gradients (the same for every call: seeded) and their
     optimizer, its state set as its first step would create it."""
@@ -56,9 +68,16 @@ def _steps_match_eager(kind: str, shapes, rates=(None,) * 3, **options) -> None:
 
 @pytest.mark.parametrize("kind", ["adamw", "adam"])
 def test_each_update_is_one_kernel_and_matches_eager(kind, graph_texts):
+    """Three steps, so the count kernel's in-place count is read back."""
     _steps_match_eager(kind, SHAPES)
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
+    assert text.count(f'"{COUNT}", parameters = {{lr_divides = false}}') == len(SHAPES)
+    # No step arithmetic op by op, no count returned to copy back, and no
+    # lifted number of a replaced op left as an input nothing reads.
+    assert "rmo.pow" not in text
+    assert "result_names = []" in text
+    assert unread_inputs(text) == []
 
 
 def test_a_tensor_learning_rate_is_read_at_each_call(graph_texts):
@@ -69,6 +88,8 @@ def test_a_tensor_learning_rate_is_read_at_each_call(graph_texts):
     _steps_match_eager("adamw", SHAPES, rates, lr=torch.tensor(1e-2))
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
+    # torch divides the rate by the bias correction here.
+    assert text.count(f'"{COUNT}", parameters = {{lr_divides = true}}') == len(SHAPES)
 
 
 def test_the_updates_numbers_are_graph_inputs(graph_texts):
@@ -106,3 +127,40 @@ def test_updates_past_the_buffer_budget_are_kernels_too(graph_texts):
 def test_what_the_kernel_does_not_cover_is_lowered_as_written(graph_texts):
     _steps_match_eager("adamw", SHAPES[:2], amsgrad=True)
     assert all(KERNEL not in text for text in graph_texts())
+
+
+def _adamw_step(
+    param, grad, exp_avg, exp_avg_sq, step, increment: int = 1, read_count=False
+):
+    """One AdamW update in the form torch's compiled single-tensor AdamW
+    takes (torch/optim/adam.py, capturable branch), counting by
+    ``increment``; with ``read_count``, the new count is read after it."""
+    step.add_(increment)
+    param.mul_(1 - 1e-2 * 1e-2)
+    exp_avg.lerp_(grad, 1 - 0.9)
+    exp_avg_sq.mul_(0.999).addcmul_(grad, grad, value=1 - 0.999)
+    negative_size = (1e-2 / (1 - 0.9**step)).neg()
+    root_correction = (1 - 0.999**step).sqrt()
+    denominator = (exp_avg_sq.sqrt() / (root_correction * negative_size)).add_(
+        1e-8 / negative_size
+    )
+    param.addcdiv_(exp_avg, denominator)
+    return step * 2 if read_count else None
+
+
+@pytest.mark.parametrize(
+    ("options", "counted"),
+    [({}, True), ({"increment": 2}, False), ({"read_count": True}, False)],
+    ids=["torch's count", "counting by two", "count read after"],
+)
+def test_only_torchs_count_read_by_the_update_alone_is_the_kernels(options, counted):
+    """The count kernel takes the count and its bias corrections where they
+    are torch's chain and nothing else reads them; otherwise the update is
+    still our kernel and the count stays op by op."""
+    shape = (5, 3)
+    inputs = [torch.randn(shape) for _ in range(4)] + [torch.tensor(0.0)]
+    step = partial(_adamw_step, **options)
+    (gm,) = aten_graphs(step, *inputs, keep_inference_input_mutations=True)
+    updates = list(find_optimizer_updates(gm, GraphFindings()).values())
+    assert [u.kernel for u in updates] == [KERNEL]
+    assert (updates[0].count is not None) is counted

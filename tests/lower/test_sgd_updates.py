@@ -1,13 +1,15 @@
 """SGD-with-momentum parameter updates each run as one in-place kernel
 (passes/sgd_updates.py, kernels/mojo/sgd_step.mojo): the parameter and its
 momentum buffer read and written once; the learning rate and momentum are
-the graph's lifted scalars, so a new rate reuses the compiled graph; what
+read from the update's numbers input, so a new rate reuses the compiled
+graph; what
 the pattern does not cover (maximize) is lowered op by op."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from graph_text import unread_inputs
 
 from torch_max_backend import max_backend
 
@@ -64,6 +66,9 @@ def test_each_update_is_one_kernel_and_matches_eager(options, graph_texts):
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
     assert "mo.mutable.store" not in text  # nothing stored op by op
+    # The rate and momentum are each update's numbers input, read by its
+    # kernel; no number of a replaced op is left as an input nothing reads.
+    assert unread_inputs(text) == []
 
 
 def test_a_new_learning_rate_reuses_the_compiled_graph(graph_texts):

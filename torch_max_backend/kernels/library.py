@@ -177,12 +177,20 @@ def custom_in_place(
     values: Sequence[TensorValue | BufferValue],
     device: DeviceRef,
     parameters: Mapping[str, Parameter] | None = None,
-) -> None:
+    out_types: Sequence[TensorType] = (),
+) -> list[TensorValue]:
     """Call ``kernel`` of ``library``, which writes into its buffer operands
-    and returns nothing, in the graph being built (in the order of the
-    graph's other buffer operations)."""
+    (and returns ``out_types``' tensors, if any), in the graph being built
+    (in the order of the graph's other buffer operations)."""
     _import(library)
-    ops.inplace_custom(kernel, device, list(values), parameters=parameters or None)
+    results = ops.inplace_custom(
+        kernel,
+        device,
+        list(values),
+        out_types=list(out_types) or None,
+        parameters=parameters or None,
+    )
+    return [r.tensor for r in results]
 
 
 def _import(library: MojoLibrary) -> None:
@@ -219,4 +227,8 @@ STREAMED = MojoLibrary(
 # key/value cache: likewise a library of its own.
 ATTENTION = MojoLibrary(
     "torch_max_backend_attention", Path(__file__).parent / "mojo_attention"
+)
+# Adam's step count and bias corrections: likewise a library of its own.
+OPTIMIZER = MojoLibrary(
+    "torch_max_backend_optimizer", Path(__file__).parent / "mojo_optimizer"
 )

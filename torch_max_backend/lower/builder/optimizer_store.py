@@ -6,43 +6,44 @@ coefficients (a step's bias corrections and learning rate, one element
 each) are built.
 
 An update's plain numbers (AdamW's decay ``1 - lr * weight_decay``, the
-moments' weights, SGD's dampening) reach the kernel as one graph input per
-update (``update_numbers``, fed by planning), not as constants: optimizers
-that differ only in them build the same graph (one compile serves them),
-and MAX has no constants to fold at compile time.
+moments' weights, a learning rate, SGD's momentum and dampening) reach the
+kernel as one graph input per update (``update_numbers``, fed by planning),
+not as constants nor as one lifted input each: optimizers that differ only
+in them build the same graph (one compile serves them, a new learning rate
+included), MAX has no constants to fold at compile time, and a call passes
+one input per update.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from max.dtype import DType
-from max.graph import BufferValue, TensorValue, ops
+from max.graph import BufferValue, TensorType, TensorValue, ops
 
 from ...errors import MaxCompilerError
-from ...kernels.library import SHIPPED, custom_in_place
+from ...kernels.library import OPTIMIZER, SHIPPED, custom_in_place
 from ..passes import Coefficient, OptimizerUpdate, ScalarRef
 
-# The graph input a node's lifted number argument reads, None if not lifted.
-LiftedScalar = Callable[[torch.fx.Node, int | str], TensorValue | None]
+# Adam's step count kernel (kernels/mojo_optimizer/adam_count.mojo), and the
+# coefficients it hands the update kernel: [decay, w1, beta2, w2, a, b].
+COUNT_KERNEL = "torch_max_backend_adam_count"
+UPDATE_COEFFICIENTS = 6
 
 
-def update_numbers(
-    update: OptimizerUpdate, is_lifted: Callable[[ScalarRef], bool]
-) -> list[float]:
+def update_numbers(update: OptimizerUpdate) -> list[float]:
     """The update's coefficients that are plain numbers of the graph (not
-    tensors it computes, not lifted scalars), in the kernel's order."""
-    return [_number(c) for c in update.coefficients if _is_plain(c, is_lifted)]
+    tensors it computes), in the kernel's order. A number argument of a node
+    the kernel replaces is one of them: planning lifts none of those."""
+    return [_number(c) for c in update.coefficients if _is_plain(c)]
 
 
-def _is_plain(coefficient: Coefficient, is_lifted: Callable[[ScalarRef], bool]) -> bool:
+def _is_plain(coefficient: Coefficient) -> bool:
     """Whether ``coefficient`` is one of ``update_numbers``: planning and the
     walk both ask this, so the input's numbers and the slices agree."""
-    if isinstance(coefficient, torch.fx.Node):
-        return False
-    return not (isinstance(coefficient, ScalarRef) and is_lifted(coefficient))
+    return not isinstance(coefficient, torch.fx.Node)
 
 
 def _number(coefficient: Coefficient) -> float:
@@ -55,29 +56,21 @@ def _number(coefficient: Coefficient) -> float:
 def _coefficients(
     update: OptimizerUpdate,
     values: Mapping[torch.fx.Node, Any],
-    lifted: LiftedScalar,
     numbers: TensorValue | None,
 ) -> TensorValue:
-    """The kernel's coefficient vector (float32): tensors the graph computed,
-    lifted scalars, and runs of plain numbers sliced from ``numbers``."""
+    """The kernel's coefficient vector (float32): tensors the graph computed
+    and runs of plain numbers sliced from ``numbers``."""
     parts: list[TensorValue] = []
     taken = 0  # plain numbers used so far
     run = 0  # plain numbers in the run not yet sliced
-
-    def is_lifted(ref: ScalarRef) -> bool:
-        return lifted(ref.node, ref.key) is not None
-
     for coefficient in update.coefficients:
-        if _is_plain(coefficient, is_lifted):
+        if _is_plain(coefficient):
             run += 1
             continue
         if run:
             parts.append(_sliced(numbers, taken, run))
             taken, run = taken + run, 0
-        if isinstance(coefficient, torch.fx.Node):
-            value = values[coefficient]
-        else:
-            value = lifted(coefficient.node, coefficient.key)
+        value = values[coefficient]
         parts.append(ops.cast(ops.reshape(value, [1]), DType.float32))
     if run:
         parts.append(_sliced(numbers, taken, run))
@@ -97,11 +90,23 @@ def optimizer_step(
     buffers: tuple[BufferValue, ...],
     grad: TensorValue,
     values: Mapping[torch.fx.Node, Any],
-    lifted: LiftedScalar,
     numbers: TensorValue | None,
 ) -> None:
-    """Update ``buffers`` (the parameter and its state) in place; ``values``
-    holds the built nodes (the coefficients that are tensors), ``numbers``
-    the graph input of the update's plain numbers (``update_numbers``)."""
-    coefficients = _coefficients(update, values, lifted, numbers)
+    """Update ``buffers`` (the parameter and its state, then any step count)
+    in place; ``values`` holds the built nodes (the coefficients that are
+    tensors), ``numbers`` the graph input of the update's plain numbers
+    (``update_numbers``)."""
+    coefficients = _coefficients(update, values, numbers)
+    if update.count is not None:
+        # Our count kernel adds one to the step in place and computes the
+        # update kernel's bias corrections from it (passes/adam_counts.py).
+        *buffers, step = buffers
+        (coefficients,) = custom_in_place(
+            OPTIMIZER,
+            COUNT_KERNEL,
+            [step, coefficients],
+            grad.device,
+            parameters={"lr_divides": update.count.lr_divides},
+            out_types=[TensorType(DType.float32, [UPDATE_COEFFICIENTS], grad.device)],
+        )
     custom_in_place(SHIPPED, update.kernel, [*buffers, grad, coefficients], grad.device)

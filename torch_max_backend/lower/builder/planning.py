@@ -19,7 +19,7 @@ from max.graph import BufferType, DeviceRef, TensorType
 from ...dtypes import to_device_ref, to_max_dtype
 from ...errors import MaxCompilerError
 from ...plan import InputKind, InputSource
-from ..passes import GraphFindings, ScalarRef
+from ..passes import GraphFindings
 from ..registry import draws_random, lifts_scalars
 from ..shapes import max_dim
 from .capability import lowering_of
@@ -110,6 +110,9 @@ class InputPlan:
         self.numbers_of: dict[torch.fx.Node, int] = {}
         # sympy symbol -> (FX input index, dim), for symbolic sizes.
         self.symbols: dict[sympy.Symbol, tuple[int, int]] = {}
+        self._kernel_nodes = {
+            n for u in findings.optimizer_updates.values() for n in u.kernel_nodes
+        }
         self._plan()
         if index_origin:
             zero = torch.zeros((), dtype=torch.int64)
@@ -183,10 +186,18 @@ class InputPlan:
             elif node in self.findings.constants.folded:
                 # Computed by PyTorch at planning (passes/folding.py).
                 value = self.findings.constants.frontier.get(node)
-                if value is not None:
+                # Read by optimizer kernels alone, it would be an input
+                # nothing reads (a lerp's weight, its sign test).
+                unread = self._kernel_nodes | self.findings.constants.folded
+                if value is not None and not set(node.users) <= unread:
                     self.input_of[node] = self._add_constant(
                         value.to(self.device), value, f"constant {node.name}"
                     )
+            elif node in self._kernel_nodes:
+                # Computed by an optimizer kernel, which reads the numbers it
+                # needs from the update's own input (numbers_of): lifted, they
+                # would be inputs nothing reads, passed at every call.
+                continue
             elif node.op == "call_function":
                 self._plan_scalars(node)
                 fn = lowering_of(node)
@@ -195,22 +206,12 @@ class InputPlan:
                         InputSource(InputKind.SEED), _SEED_META, "random seed"
                     )
         for at, update in self.findings.optimizer_updates.items():
-            numbers = update_numbers(update, self._is_lifted)
+            numbers = update_numbers(update)
             if numbers:
                 value = torch.tensor(numbers, dtype=torch.float32, device=self.device)
                 self.numbers_of[at] = self._add_constant(
                     value, value, f"numbers of the update at {at.name}"
                 )
-
-    def lifted_index(self, node: torch.fx.Node, key: int | str) -> int | None:
-        """The MAX input carrying ``node``'s number argument ``key``, if lifted."""
-        for lifted_key, index, _ in self.scalars_of.get(node, ()):
-            if lifted_key == key:
-                return index
-        return None
-
-    def _is_lifted(self, ref: ScalarRef) -> bool:
-        return self.lifted_index(ref.node, ref.key) is not None
 
     def _plan_scalars(self, node: torch.fx.Node) -> None:
         fn = lowering_of(node)

@@ -127,12 +127,10 @@ class NodeWalk:
         # are not lowered, their inputs not loaded.
         self.optimizer_updates = self.findings.optimizer_updates
         self.kernel_replaced = {
-            n
-            for u in self.optimizer_updates.values()
-            for n in (*u.replaced, *u.write_backs)
+            n for u in self.optimizer_updates.values() for n in u.kernel_nodes
         }
         for update in self.optimizer_updates.values():
-            self.written_in_place.update(update.written)
+            self.written_in_place.update(update.inputs_written)
         origin = inputs.origin_index
         self.origin = IndexOrigin(
             None if origin is None else self.graph.inputs[origin].tensor
@@ -242,15 +240,10 @@ class NodeWalk:
             self.derived,
         )
 
-    def _lifted(self, node: torch.fx.Node, key: int | str) -> Any:
-        """The graph input carrying ``node``'s number argument ``key``, if lifted."""
-        index = self.inputs.lifted_index(node, key)
-        return None if index is None else self._input(index).tensor
-
     def _optimizer_step(self, node: torch.fx.Node) -> None:
         update = self.optimizer_updates[node]
         buffers = tuple(
-            self._input(self.inputs.input_of[n]).buffer for n in update.written
+            self._input(self.inputs.input_of[n]).buffer for n in update.inputs_written
         )
         with self._building(node):
             try:
@@ -260,7 +253,6 @@ class NodeWalk:
                     buffers,
                     self.values[update.grad],
                     self.values,
-                    self._lifted,
                     None if numbers is None else self._input(numbers).tensor,
                 )
             except Exception as e:

@@ -22,8 +22,11 @@ non-float32 parameters) does not match and is lowered as written.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from .adam_counts import counted
 from .findings import OptimizerUpdate
 from .update_match import (
     call,
@@ -184,4 +187,24 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
         write_backs=tuple(w for w in write_backs if w is not None),
         replaced=frozenset(replaced),
     )
-    return update if kernel_may_run(update) else None
+    if not kernel_may_run(update):
+        return None
+    return _with_count(update) or update
+
+
+def _with_count(update: OptimizerUpdate) -> OptimizerUpdate | None:
+    """``update`` with its step count and bias corrections in our count
+    kernel (passes/adam_counts.py), if they are torch's chain and nothing
+    else reads it."""
+    a, b = update.coefficients[4:]
+    chain = counted(a, b)
+    if chain is None:
+        return None
+    counting = dataclasses.replace(
+        update,
+        coefficients=(*update.coefficients[:4], *chain.coefficients),
+        write_backs=(*update.write_backs, chain.write_back),
+        replaced=update.replaced | set(chain.replaced),
+        count=chain.count,
+    )
+    return counting if kernel_may_run(counting) else None

@@ -73,9 +73,9 @@ class SlotWrite:
 @dataclass(frozen=True)
 class ScalarRef:
     """The Python number at argument ``key`` (a position or a keyword) of
-    ``node``: read from the graph's lifted scalar input where the lowering
-    lifts it, so that one compiled graph serves every value (a learning rate
-    a scheduler changes), else written into the graph."""
+    ``node``, a node the optimizer kernel replaces: read from the update's
+    numbers input (builder/optimizer_store.py), so that one compiled graph
+    serves every value (a learning rate a scheduler changes)."""
 
     node: torch.fx.Node
     key: int | str
@@ -88,12 +88,26 @@ Coefficient = float | torch.fx.Node | ScalarRef
 
 
 @dataclass(frozen=True)
+class StepCount:
+    """Adam's step count, incremented in place by our ``adam_count`` kernel,
+    which turns it into the update's bias corrections (passes/adam_counts.py):
+    the count's input (one float32 element) and whether the step size is
+    ``lr / (1 - beta1^t)`` (a tensor learning rate) rather than
+    ``(1 / (1 - beta1^t)) * lr``."""
+
+    step: torch.fx.Node
+    lr_divides: bool
+
+
+@dataclass(frozen=True)
 class OptimizerUpdate:
     """One parameter's optimizer update run as one in-place kernel of ours
     (passes/optimizer_updates.py): the kernel's name, the inputs it writes
     in place in its order (the parameter first, then its state), the
     gradient it reads, its coefficients (in the kernel's order), AOTAutograd's
-    write-backs and the nodes the kernel replaces."""
+    write-backs and the nodes the kernel replaces. With ``count``, the
+    coefficients end with those of the step count's kernel, which computes
+    the kernel's last ones (Adam's bias corrections)."""
 
     kernel: str
     written: tuple[torch.fx.Node, ...]
@@ -101,6 +115,17 @@ class OptimizerUpdate:
     coefficients: tuple[Coefficient, ...]
     write_backs: tuple[torch.fx.Node, ...]
     replaced: frozenset[torch.fx.Node]
+    count: StepCount | None = None
+
+    @property
+    def inputs_written(self) -> tuple[torch.fx.Node, ...]:
+        """Every input the update writes in place, the step count's included."""
+        return self.written if self.count is None else (*self.written, self.count.step)
+
+    @property
+    def kernel_nodes(self) -> frozenset[torch.fx.Node]:
+        """The nodes its kernels compute: none of them is lowered."""
+        return self.replaced | set(self.write_backs)
 
 
 @dataclass(frozen=True)

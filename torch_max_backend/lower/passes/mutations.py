@@ -73,5 +73,5 @@ def find_mutations(gm: torch.fx.GraphModule, found: GraphFindings) -> Mutations:
         if node.op == "placeholder"
         and any(user in copies and user.args[0] is node for user in node.users)
     ]
-    in_kernels = {n for u in found.optimizer_updates.values() for n in u.written}
+    in_kernels = {n for u in found.optimizer_updates.values() for n in u.inputs_written}
     return Mutations(tuple(mutated), tuple(_buffered(mutated, in_kernels)), copies)

@@ -12,10 +12,11 @@ then AOTAutograd copies the two new values into their inputs. Lowered op by
 op that is two stores, each reading its inputs again. Where the parameter
 and buffer are read by nothing else, the walk runs our ``sgd_step`` kernel
 instead (kernels/mojo/sgd_step.mojo): each value read once, the two written
-once, in place. Its coefficients are the update's number arguments as the
-graph's lifted scalars (``ScalarRef``), so a new learning rate reuses the
-compiled graph. Anything else (maximize, a tensor learning rate, SGD without
-momentum: one store already) does not match and is lowered as written.
+once, in place. Its coefficients are the update's number arguments, read
+from the update's numbers input (``ScalarRef``: builder/optimizer_store.py),
+so a new learning rate reuses the compiled graph. Anything else (maximize, a
+tensor learning rate, SGD without momentum: one store already) does not
+match and is lowered as written.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ KERNEL = "torch_max_backend_sgd_step"
 
 def _scaled(node: torch.fx.Node, key: str) -> Coefficient | None:
     """The number ``node`` scales its argument ``key`` by: its keyword
-    (a lifted scalar), 1 when absent, None when not a number."""
+    (a number of the update's input), 1 when absent, None when not a number."""
     if key not in node.kwargs:
         return 1.0
     return ScalarRef(node, key) if is_number(node.kwargs[key]) else None

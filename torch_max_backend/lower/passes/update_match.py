@@ -48,8 +48,9 @@ def write_back(target: torch.fx.Node, value: torch.fx.Node) -> torch.fx.Node | N
 def kernel_may_run(update: OptimizerUpdate) -> bool:
     """Whether the kernel may replace the update's nodes: every tensor it
     touches a distinct float32 CPU tensor of one static shape (the kernel's
-    flat loop), and the inputs it writes and the nodes it replaces read by
-    the update's own nodes alone (so it changes nothing anything else reads)."""
+    flat loop; a step count, one element on the CPU, besides), and the
+    inputs it writes and the nodes it replaces read by the update's own
+    nodes alone (so it changes nothing anything else reads)."""
     tensors = [*update.written, update.grad]
     metas = [tensor_meta(n) for n in tensors]
     first = metas[0]
@@ -64,5 +65,9 @@ def kernel_may_run(update: OptimizerUpdate) -> bool:
         for t in metas
     ):
         return False
-    own = update.replaced | set(update.write_backs)
-    return all(set(n.users) <= own for n in (*update.written, *update.replaced))
+    if update.count is not None:
+        count = tensor_meta(update.count.step)
+        if count is None or count.device.type != "cpu" or update.count.step in tensors:
+            return False
+    own = update.kernel_nodes
+    return all(set(n.users) <= own for n in (*update.inputs_written, *update.replaced))
