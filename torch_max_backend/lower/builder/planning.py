@@ -153,6 +153,9 @@ class InputPlan:
         return self._add(source, meta, where, device_ref=device_ref)
 
     def _plan(self) -> None:
+        # Nodes no MAX op reads an input for: PyTorch's at planning, or our
+        # optimizer kernels'.
+        computed = self._kernel_nodes | self.findings.constants.folded
         for i, node in enumerate(self.placeholders):
             meta = node.meta.get("val")
             if isinstance(meta, torch.Tensor):
@@ -188,8 +191,7 @@ class InputPlan:
                 value = self.findings.constants.frontier.get(node)
                 # Read by optimizer kernels alone, it would be an input
                 # nothing reads (a lerp's weight, its sign test).
-                unread = self._kernel_nodes | self.findings.constants.folded
-                if value is not None and not set(node.users) <= unread:
+                if value is not None and not set(node.users) <= computed:
                     self.input_of[node] = self._add_constant(
                         value.to(self.device), value, f"constant {node.name}"
                     )
