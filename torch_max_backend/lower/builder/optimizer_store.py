@@ -25,7 +25,7 @@ from max.graph import BufferValue, TensorType, TensorValue, ops
 
 from ...errors import MaxCompilerError
 from ...kernels.library import OPTIMIZER, SHIPPED, custom_in_place
-from ..passes import Coefficient, OptimizerUpdate, ScalarRef
+from ..passes import Coefficient, OptimizerUpdate
 
 # Adam's step count kernel (kernels/mojo_optimizer/adam_count.mojo), and the
 # coefficients it hands the update kernel: [decay, w1, beta2, w2, a, b].
@@ -37,20 +37,13 @@ def update_numbers(update: OptimizerUpdate) -> list[float]:
     """The update's coefficients that are plain numbers of the graph (not
     tensors it computes), in the kernel's order. A number argument of a node
     the kernel replaces is one of them: planning lifts none of those."""
-    return [_number(c) for c in update.coefficients if _is_plain(c)]
+    return [float(c) for c in update.coefficients if _is_plain(c)]
 
 
 def _is_plain(coefficient: Coefficient) -> bool:
     """Whether ``coefficient`` is one of ``update_numbers``: planning and the
     walk both ask this, so the input's numbers and the slices agree."""
     return not isinstance(coefficient, torch.fx.Node)
-
-
-def _number(coefficient: Coefficient) -> float:
-    if isinstance(coefficient, ScalarRef):
-        node, key = coefficient.node, coefficient.key
-        return float(node.args[key] if isinstance(key, int) else node.kwargs[key])
-    return float(coefficient)
 
 
 def _coefficients(

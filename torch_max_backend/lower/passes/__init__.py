@@ -27,7 +27,6 @@ from .findings import (
     GraphFindings,
     Mutations,
     OptimizerUpdate,
-    ScalarRef,
     SlotWrite,
 )
 from .folding import find_constants
@@ -49,7 +48,6 @@ __all__ = [
     "GraphPass",
     "Mutations",
     "OptimizerUpdate",
-    "ScalarRef",
     "SlotWrite",
     "analyzed",
     "rewritten",

@@ -70,21 +70,11 @@ class SlotWrite:
     write_back: torch.fx.Node  # AOTAutograd's copy_, made redundant
 
 
-@dataclass(frozen=True)
-class ScalarRef:
-    """The Python number at argument ``key`` (a position or a keyword) of
-    ``node``, a node the optimizer kernel replaces: read from the update's
-    numbers input (builder/optimizer_store.py), so that one compiled graph
-    serves every value (a learning rate a scheduler changes)."""
-
-    node: torch.fx.Node
-    key: int | str
-
-
-# A coefficient of an optimizer kernel: a number, a one-element tensor node
-# (a tensor learning rate's decay, the step's bias corrections), or a number
-# argument of a node.
-Coefficient = float | torch.fx.Node | ScalarRef
+# A coefficient of an optimizer kernel: a number (read from the update's
+# numbers input, so that one compiled graph serves every value: a learning
+# rate a scheduler changes), or a one-element tensor node (a tensor learning
+# rate's decay, the step's bias corrections).
+Coefficient = float | torch.fx.Node
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ op that is two stores, each reading its inputs again. Where the parameter
 and buffer are read by nothing else, the walk runs our ``sgd_step`` kernel
 instead (kernels/mojo/sgd_step.mojo): each value read once, the two written
 once, in place. Its coefficients are the update's number arguments, read
-from the update's numbers input (``ScalarRef``: builder/optimizer_store.py),
-so a new learning rate reuses the compiled graph. Anything else (maximize, a
+from the update's numbers input (builder/optimizer_store.py), so a new
+learning rate reuses the compiled graph. Anything else (maximize, a
 tensor learning rate, SGD without momentum: one store already) does not
 match and is lowered as written.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .findings import Coefficient, OptimizerUpdate, ScalarRef
+from .findings import Coefficient, OptimizerUpdate
 from .update_match import call, is_input, is_number, kernel_may_run, write_back
 
 aten = torch.ops.aten
@@ -33,11 +33,11 @@ KERNEL = "torch_max_backend_sgd_step"
 
 
 def _scaled(node: torch.fx.Node, key: str) -> Coefficient | None:
-    """The number ``node`` scales its argument ``key`` by: its keyword
-    (a number of the update's input), 1 when absent, None when not a number."""
+    """The number ``node`` scales its argument ``key`` by: its keyword, 1
+    when absent, None when not a number."""
     if key not in node.kwargs:
         return 1.0
-    return ScalarRef(node, key) if is_number(node.kwargs[key]) else None
+    return float(node.kwargs[key]) if is_number(node.kwargs[key]) else None
 
 
 def _direction(node: object) -> tuple[torch.fx.Node, Coefficient, list] | None:
@@ -66,7 +66,7 @@ def _buffer_update(
     damped = _scaled(node, "alpha")
     if damped is None or not isinstance(direction, torch.fx.Node):
         return None
-    return scaled.args[0], direction, [ScalarRef(scaled, 1), damped], [node, scaled]
+    return scaled.args[0], direction, [float(scaled.args[1]), damped], [node, scaled]
 
 
 def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:
