@@ -31,6 +31,20 @@ def test_several_outputs_through_backend_name(max_calls):
     assert max_calls.count == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_an_empty_constant_of_a_type_numpy_lacks_is_built(max_calls, dtype):
+    """A tensor made inside the traced code is a graph constant; an empty one
+    of bfloat16 (which numpy has no type for) crashed the build."""
+
+    @torch.compile(backend=max_backend, options={"strict": True})
+    def grow(x):
+        return torch.cat([x, torch.tensor([], dtype=x.dtype).reshape(0, 4)]) * 2
+
+    x = torch.randn(3, 4, dtype=dtype)
+    torch.testing.assert_close(grow(x), x * 2)
+    assert max_calls.count == 1
+
+
 def test_scalars_are_graph_inputs_so_structure_is_shared(max_calls):
     # Same structure, other constants: the second function reuses the first's
     # compiled artifact (one MAX compile), and each gives its own result.

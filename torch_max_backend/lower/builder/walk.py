@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from max.dtype import DType
 from max.graph import Graph, TensorValue, ops
 
 from ...dtypes import to_max_dtype
@@ -292,10 +293,15 @@ class NodeWalk:
         if isinstance(value, torch.fx.GraphModule):
             return value  # a branch of cond, which lower_cond reads
         # An empty tensor: nothing to feed, so a constant costs no compile.
+        held = value.detach().cpu()
+        if held.dtype == torch.bfloat16:
+            # numpy has no bfloat16; float32 holds each value exactly.
+            as_float32 = ops.constant(
+                held.float().numpy(), DType.float32, device=self.inputs.device_ref
+            )
+            return ops.cast(as_float32, DType.bfloat16)
         return ops.constant(
-            value.detach().cpu().numpy(),
-            to_max_dtype(value.dtype),
-            device=self.inputs.device_ref,
+            held.numpy(), to_max_dtype(value.dtype), device=self.inputs.device_ref
         )
 
     def _outputs(self, node: torch.fx.Node, outputs: OutputPlan) -> None:
