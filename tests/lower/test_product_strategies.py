@@ -30,6 +30,10 @@ aten = torch.ops.aten
 needs_vendor = pytest.mark.skipif(
     vendor_blas.vendor_blas() is None, reason="no vendor BLAS (mkl) here"
 )
+needs_vendor_bfloat16 = pytest.mark.skipif(
+    vendor_blas.vendor_blas() is None or not vendor_blas.vendor_blas().bfloat16,
+    reason="no vendor BLAS with bfloat16 products here",
+)
 
 
 def _products(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -49,6 +53,26 @@ def test_the_vendor_path_matches_eager_in_every_layout(
     inputs = _product_inputs()
     text = one_graph_matching_eager(max_calls, graph_texts, _products, inputs, "vendor")
     # All five in our kernel (the empty sum too: it writes zeros itself).
+    assert text.count("torch_max_backend_vendor_matmul") == 5
+    assert "mo.matmul" not in text
+
+
+@needs_vendor_bfloat16
+def test_bfloat16_products_take_the_vendor_path_in_every_layout(
+    monkeypatch, max_calls, graph_texts
+):
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    inputs = tuple(t.bfloat16() for t in layout_inputs(rows=5, k=40, n=24))
+    compiled = torch.compile(
+        _products, backend=max_backend, options={"product_strategy": "vendor"}
+    )
+    got, want = compiled(*inputs), _products(*inputs)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == torch.bfloat16
+        # Both round a float32 sum to bfloat16: at most one unit apart.
+        torch.testing.assert_close(g, w, rtol=8e-3, atol=1e-5)
+    assert max_calls.count == 1
+    (text,) = graph_texts()
     assert text.count("torch_max_backend_vendor_matmul") == 5
     assert "mo.matmul" not in text
 
@@ -103,8 +127,9 @@ def test_a_measured_choice_is_timed_once_and_reread(monkeypatch, choice_table):
     register_families()
     timed = []
 
-    def fake_timing(rows, k, n, weight_nk, forms, streamed=False):
+    def fake_timing(rows, k, n, weight_nk, forms, streamed=False, dtype=None):
         timed.append((rows, k, n, weight_nk, tuple(forms)))
+        assert dtype == torch.float32
         return {form: (1.0 if form == "matmul" else 9.0) for form in forms}
 
     from torch_max_backend.kernels import product_timing
@@ -130,6 +155,33 @@ def test_a_measured_choice_is_timed_once_and_reread(monkeypatch, choice_table):
     # Another machine's table is another file: nothing is reused.
     other = product_choices.ProductChoices("another CPU; 2 cores; mkl")
     assert other.path != path and other.get(key) is None
+
+
+@needs_vendor_bfloat16
+@pytest.mark.measured_products
+def test_a_bfloat16_product_is_timed_in_bfloat16(monkeypatch, choice_table):
+    register_families()
+    timed = []
+
+    def fake_timing(rows, k, n, weight_nk, forms, streamed=False, dtype=None):
+        timed.append((rows, k, n, weight_nk, tuple(forms), dtype))
+        return {form: (1.0 if form == "vendor" else 9.0) for form in forms}
+
+    from torch_max_backend.kernels import product_timing
+
+    monkeypatch.setattr(product_timing, "time_forms", fake_timing)
+    gm = make_fx(F.linear, tracing_mode="fake")(
+        torch.zeros(64, 512, dtype=torch.bfloat16),
+        torch.zeros(768, 512, dtype=torch.bfloat16),
+    )
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    assert strategy_for(MAPPING_TORCH_ATEN_TO_MAX[node.target], node) == "vendor"
+    assert timed == [(64, 512, 768, True, ("matmul", "vendor"), torch.bfloat16)]
+    (key,) = json.loads(product_choice._choices().path.read_text())["choices"]
+    assert "bfloat16" in key
+    # The float32 product of the same sizes is another entry, timed apart.
+    as_float32 = product_choice.ProductShape(64, 512, 768, weight_nk=True)
+    assert as_float32.key(["matmul", "vendor"]) != key
 
 
 @pytest.mark.measured_products

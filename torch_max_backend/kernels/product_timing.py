@@ -1,4 +1,4 @@
-"""Timing the ways a float32 product ``x[M, K] @ W`` can run on the CPU.
+"""Timing the ways a float32 (or bfloat16) product ``x[M, K] @ W`` can run on the CPU.
 
 Each way (a *form*) is one small MAX graph with symbolic sizes, compiled
 once per machine (MAX's own cache keeps it: about 20 s, 70 s for the matmul
@@ -57,7 +57,7 @@ _CACHES_OF_COPIES = 2
 _log = logs.get_logger("compile")
 _lock = threading.Lock()
 _session: InferenceSession | None = None
-_models: dict[tuple[str, bool], Model] = {}
+_models: dict[tuple[str, bool, torch.dtype], Model] = {}
 
 
 def _matmul(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
@@ -74,7 +74,7 @@ def _custom(
 ) -> Callable[[TensorValue, TensorValue, bool], TensorValue]:
     def build(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
         n = w.shape[0] if weight_nk else w.shape[1]
-        out = TensorType(DType.float32, [x.shape[0], n], x.device)
+        out = TensorType(x.dtype, [x.shape[0], n], x.device)
         (y,) = custom(
             kernels,
             kernel,
@@ -109,19 +109,22 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
     raise ValueError(f"unknown product form {form!r}; known: {', '.join(FORMS)}")
 
 
-def _model(form: str, weight_nk: bool) -> Model:
+def _model(form: str, weight_nk: bool, dtype: torch.dtype) -> Model:
     """The compiled graph of ``form`` (symbolic sizes), compiled or loaded once."""
     global _session
-    key = (form, weight_nk)
+    key = (form, weight_nk, dtype)
     if key not in _models:
         cpu = DeviceRef.CPU()
         rows = "m" if form != "row_sums" else 1
         w_shape = ["n", "k"] if weight_nk else ["k", "n"]
+        # float32's graphs keep their names: MAX's cache still holds them.
+        kind = "" if dtype == torch.float32 else f"_{str(dtype)[6:]}"
+        operand = DType.bfloat16 if dtype == torch.bfloat16 else DType.float32
         with Graph(
-            f"product_timing_{form}_{'nk' if weight_nk else 'kn'}",
+            f"product_timing_{form}_{'nk' if weight_nk else 'kn'}{kind}",
             input_types=[
-                TensorType(DType.float32, [rows, "k"], cpu),
-                TensorType(DType.float32, w_shape, cpu),
+                TensorType(operand, [rows, "k"], cpu),
+                TensorType(operand, w_shape, cpu),
             ],
         ) as graph:
             x, w = (v.tensor for v in graph.inputs)
@@ -146,7 +149,7 @@ def _weight_copies(w: torch.Tensor, streamed: bool) -> list[Buffer]:
         return [Buffer.from_dlpack(w)]
     cache = last_level_cache_bytes() or 0
     count = max(2, math.ceil(_CACHES_OF_COPIES * cache / max(1, w.nbytes)) + 1)
-    copies = torch.empty(count, *w.shape)
+    copies = torch.empty(count, *w.shape, dtype=w.dtype)
     copies.copy_(w.expand(count, *w.shape))  # written: untouched pages read as one
     return [Buffer.from_dlpack(copy) for copy in copies]
 
@@ -158,16 +161,19 @@ def time_forms(
     weight_nk: bool,
     forms: list[str],
     streamed: bool = False,
+    dtype: torch.dtype = torch.float32,
 ) -> dict[str, float]:
     """Median microseconds of ``x[rows, k] @ W`` (W [k, n], or [n, k] when
-    ``weight_nk``) in each of ``forms``, W in the cache or (``streamed``)
-    read from memory; every form's result is checked against the first's
-    before it is timed."""
+    ``weight_nk``) in each of ``forms``, operands of ``dtype``, W in the cache
+    or (``streamed``) read from memory; every form's result is checked
+    against the first's before it is timed."""
     with _lock:
-        models = {form: _model(form, weight_nk) for form in forms}
+        models = {form: _model(form, weight_nk, dtype) for form in forms}
         gen = torch.Generator().manual_seed(0)
-        x = torch.randn(rows, k, generator=gen)
-        w = torch.randn(*((n, k) if weight_nk else (k, n)), generator=gen)
+        x = torch.randn(rows, k, generator=gen).to(dtype)
+        w = torch.randn(*((n, k) if weight_nk else (k, n)), generator=gen).to(dtype)
+        # Two roundings of a sum of k terms to bfloat16 may differ by a unit.
+        rtol = 1e-3 if dtype == torch.float32 else 1e-2
         # Wrapped once, run as a compiled graph's call runs them: torch
         # tensors handed to ``execute`` cost 70-170 us of wrapping a call,
         # more than a small product itself.
@@ -176,10 +182,10 @@ def time_forms(
         reference = None
         for form, model in models.items():
             (out,) = model._execute_device_tensors([x_buffer, weights[0]])
-            result = torch.from_dlpack(out)
+            result = torch.from_dlpack(out).float()
             if reference is None:
                 reference = result.clone()
-            elif not torch.allclose(result, reference, rtol=1e-3, atol=1e-3 * k):
+            elif not torch.allclose(result, reference, rtol=rtol, atol=rtol * k):
                 raise RuntimeError(
                     f"product form {form!r} disagrees with {forms[0]!r} at "
                     f"[{rows}, {k}] x {'[n, k]' if weight_nk else '[k, n]'} n={n}"

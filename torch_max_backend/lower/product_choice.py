@@ -9,7 +9,8 @@ against its templates, each product shape that fits two or more strategies
 is timed once per machine (kernels/product_timing.py) and the fastest is
 kept in the storage cache (storage/product_choices.py): a second process
 reads the choice instead of timing again, and another machine times anew.
-The choice is part of the graph's fingerprint (builder/fingerprint.py), so a
+A bfloat16 product (MAX's matmul or the vendor's bfloat16 product) is timed
+in bfloat16, under keys of its own. The choice is part of the graph's fingerprint (builder/fingerprint.py), so a
 warm start or a bundle never carries a choice made on other hardware into a
 graph built here.
 
@@ -103,12 +104,16 @@ class ProductShape:
     n: int
     weight_nk: bool
     streamed: bool = False
+    dtype: torch.dtype = torch.float32
 
     def key(self, forms: Sequence[str]) -> str:
         layout = "nk" if self.weight_nk else "kn"
         where = " streamed" if self.streamed else ""
+        # float32's keys name no type: the tables written before still hold.
+        kind = "" if self.dtype == torch.float32 else f" {str(self.dtype)[6:]}"
         return (
-            f"{self.rows}x{self.k}x{self.n} {layout}{where} {','.join(sorted(forms))}"
+            f"{self.rows}x{self.k}x{self.n} {layout}{kind}{where} "
+            f"{','.join(sorted(forms))}"
         )
 
 
@@ -158,7 +163,13 @@ def measured(shape: ProductShape, forms: list[str]) -> str | None:
         # capability checks), where torch would make the operands fake.
         with unset_fake_temporarily():
             times = time_forms(
-                shape.rows, shape.k, shape.n, shape.weight_nk, forms, shape.streamed
+                shape.rows,
+                shape.k,
+                shape.n,
+                shape.weight_nk,
+                forms,
+                shape.streamed,
+                dtype=shape.dtype,
             )
     except Exception as e:  # a failed timing must not fail the compile
         _log.warning("torch-max-backend: could not time products %s: %s", key, e)

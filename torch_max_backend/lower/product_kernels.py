@@ -76,11 +76,13 @@ SKINNY_MAX_ROWS = 8
 SKINNY_MIN_WEIGHT = 1 << 15
 
 
-def _cpu_float32_static(rows: torch.Tensor, weight: torch.Tensor) -> str | None:
-    """What our CPU product kernels need: float32 operands on the CPU, K and
-    the weight static (the row count may be symbolic)."""
-    if rows.dtype != torch.float32 or weight.dtype != torch.float32:
-        return "not float32"
+def _cpu_float32_static(
+    rows: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> str | None:
+    """What our CPU product kernels need: float32 operands (or ``dtype``) on
+    the CPU, K and the weight static (the row count may be symbolic)."""
+    if rows.dtype != dtype or weight.dtype != dtype:
+        return "not float32" if dtype == torch.float32 else f"not float32 or {dtype}"
     if rows.device.type != "cpu":
         return "not on the CPU"
     if rows.dim() != 2 or not is_static(rows.shape[1:]) or not is_static(weight.shape):
@@ -178,12 +180,15 @@ few_rows_streamed = _few_rows_by(STREAMED, "torch_max_backend_streamed_matmul")
 
 
 def vendor_fits(node: torch.fx.Node) -> str | None:
-    """float32 rows times a 2-d weight with static sizes on the CPU, where a vendor BLAS (MKL) was found (kernels/vendor_blas.py); chosen by measurement or by product_strategy, never by rule."""
+    """float32 rows times a 2-d weight with static sizes on the CPU, where a vendor BLAS (MKL) was found (kernels/vendor_blas.py), or bfloat16 ones where it multiplies bfloat16; chosen by measurement or by product_strategy, never by rule."""
     rows, weight_node = _operands(node)
-    unfit = _cpu_float32_static(rows, fake_tensor(weight_node))
+    found = vendor_blas.vendor_blas()
+    bfloat16 = found is not None and found.bfloat16 and rows.dtype == torch.bfloat16
+    dtype = torch.bfloat16 if bfloat16 else torch.float32
+    unfit = _cpu_float32_static(rows, fake_tensor(weight_node), dtype)
     if unfit is not None:
         return unfit
-    if vendor_blas.vendor_blas() is None:
+    if found is None:
         return "no vendor BLAS on this machine"
     return None
 
@@ -221,7 +226,7 @@ def product_shape(node: torch.fx.Node) -> ProductShape | None:
     if count is None or rows.dim() != 2 or not is_static(weight.shape):
         return None
     k, n = (int(d) for d in weight.shape)
-    return ProductShape(count, k, n, _reads_stored_rows(weight_node))
+    return ProductShape(count, k, n, _reads_stored_rows(weight_node), dtype=rows.dtype)
 
 
 def vendor_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:

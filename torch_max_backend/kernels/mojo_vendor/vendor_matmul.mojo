@@ -1,4 +1,6 @@
-# Matrix products through a vendor CBLAS (MKL's `cblas_sgemm`), loaded from
+# Matrix products through a vendor CBLAS (MKL's `cblas_sgemm`; for bfloat16
+# operands `cblas_gemm_bf16bf16f32`, which sums in float32, the way PyTorch's
+# own bfloat16 products do, each result then rounded to bfloat16), loaded from
 # the shared library the lowering found (`library`, an absolute path). Each
 # MAX task hands one slice of the output's columns (or, for many rows and few
 # columns, of its rows) to a single-threaded call: MAX's worker threads are
@@ -10,6 +12,7 @@ from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
 from std.ffi import OwnedDLHandle, c_int
 from std.math import ceildiv
+from std.memory.alloc import unsafe_alloc
 from std.sys.info import num_physical_cores
 
 comptime _ROW_MAJOR: c_int = 101
@@ -20,12 +23,15 @@ comptime _MKL_SEQUENTIAL: c_int = 1
 # Columns a task takes at least: narrower slices cost more in calls than they
 # gain in parallel work.
 comptime _MIN_COLUMNS = 64
+# float32 sums rounded to bfloat16 this many at a time.
+comptime _ROUND_WIDTH = 16
 
 
 @extensibility.register("torch_max_backend_vendor_matmul")
 struct VendorMatmul:
-    """`output[M, N] = x[M, K] @ W` in float32 by the vendor's `cblas_sgemm`,
-    W stored [K, N], or [N, K] when `weight_nk` is set (a Linear's weight)."""
+    """`output[M, N] = x[M, K] @ W` in float32 by the vendor's `cblas_sgemm`
+    (bfloat16: `cblas_gemm_bf16bf16f32` into float32, rounded once), W stored
+    [K, N], or [N, K] when `weight_nk` is set (a Linear's weight)."""
 
     @staticmethod
     def execute[
@@ -41,7 +47,9 @@ struct VendorMatmul:
         ctx: DeviceContext,
     ) raises:
         comptime assert target == "cpu", "torch_max_backend_vendor_matmul runs on CPU"
-        comptime assert dtype == DType.float32, "the vendor product is float32"
+        comptime assert (
+            dtype == DType.float32 or dtype == DType.bfloat16
+        ), "the vendor product is float32 or bfloat16"
         var m_len = x.dim_size(0)
         var k_len = x.dim_size(1)
         var n_len = output.dim_size(1)
@@ -53,7 +61,9 @@ struct VendorMatmul:
                 output.unsafe_ptr().unsafe_offset(i).unsafe_store(Scalar[dtype](0))
             return
         var lib = OwnedDLHandle(library)
-        var sgemm = lib.get_function[NoneType]("cblas_sgemm")
+        var sgemm = lib.get_function[NoneType](
+            "cblas_sgemm" if dtype == DType.float32 else "cblas_gemm_bf16bf16f32"
+        )
         # Also set where this process's Python side did (vendor_blas.py): a
         # process that only runs exported graphs (the AOT runner) has not.
         var set_layer = lib.get_function[c_int]("MKL_Set_Threading_Layer")
@@ -106,19 +116,42 @@ struct VendorMatmul:
             var count = min(span, first + block) - first
             if count <= 0:
                 return
-            if by_columns:
-                # Output columns first : first + count, from those of W.
-                sgemm(_ROW_MAJOR, trans_a, trans_b, c_int(m_len), c_int(count),
-                      c_int(k_len), Float32(1.0), a, c_int(lda),
-                      b.unsafe_offset(first * b_n), c_int(ldb), Float32(0.0),
-                      c.unsafe_offset(first), c_int(n_len))
-            else:
-                # Output rows first : first + count, from those of x.
-                var x_row = first * (xs[0] if trans_a == _NO_TRANS else 1)
-                sgemm(_ROW_MAJOR, trans_a, trans_b, c_int(count), c_int(n_len),
-                      c_int(k_len), Float32(1.0), a.unsafe_offset(x_row), c_int(lda),
-                      b, c_int(ldb), Float32(0.0), c.unsafe_offset(first * n_len),
+            # This task's block of the output: its rows and columns.
+            var rows = m_len if by_columns else count
+            var cols = count if by_columns else n_len
+            var a_at = a if by_columns else a.unsafe_offset(
+                first * (xs[0] if trans_a == _NO_TRANS else 1)
+            )
+            var b_at = b.unsafe_offset(first * b_n) if by_columns else b
+            var c_at = first if by_columns else first * n_len
+            comptime if dtype == DType.float32:
+                sgemm(_ROW_MAJOR, trans_a, trans_b, c_int(rows), c_int(cols),
+                      c_int(k_len), Float32(1.0), a_at, c_int(lda), b_at,
+                      c_int(ldb), Float32(0.0), c.unsafe_offset(c_at),
                       c_int(n_len))
+            else:
+                # float32 sums in a block of the task's own, then rounded.
+                var sums = unsafe_alloc[Float32](rows * cols)
+                sgemm(_ROW_MAJOR, trans_a, trans_b, c_int(rows), c_int(cols),
+                      c_int(k_len), Float32(1.0), a_at, c_int(lda), b_at,
+                      c_int(ldb), Float32(0.0), sums, c_int(cols))
+                for i in range(rows):
+                    var src = sums.unsafe_offset(i * cols)
+                    var dst = c.unsafe_offset(c_at + i * n_len)
+                    var j = 0
+                    while j + _ROUND_WIDTH <= cols:
+                        dst.unsafe_offset(j).unsafe_store(
+                            src.unsafe_offset(j)
+                            .unsafe_load[width=_ROUND_WIDTH]()
+                            .cast[dtype]()
+                        )
+                        j += _ROUND_WIDTH
+                    while j < cols:
+                        dst.unsafe_offset(j).unsafe_store(
+                            src.unsafe_offset(j).unsafe_load().cast[dtype]()
+                        )
+                        j += 1
+                sums.unsafe_free()
 
         parallelize(slice, tasks)
         _ = lib^
