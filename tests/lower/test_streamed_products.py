@@ -120,7 +120,7 @@ def test_graphs_that_outgrow_the_cache_time_their_products_streamed(
     # The timing is asked for streamed weights, and keeps them apart.
     asked = []
 
-    def timed(rows, k, n, weight_nk, forms, streamed=False):
+    def timed(rows, k, n, weight_nk, forms, streamed=False, dtype=None):
         asked.append(streamed)
         return {form: (1.0 if form == "streamed" else 2.0) for form in forms}
 

@@ -124,7 +124,7 @@ def test_auto_leaves_the_tiled_kernel_untimed(monkeypatch, choice_table):
 
     timed = []
 
-    def fake_timing(rows, k, n, weight_nk, forms, streamed=False):
+    def fake_timing(rows, k, n, weight_nk, forms, streamed=False, dtype=None):
         timed.append(tuple(forms))
         return {form: 1.0 for form in forms}
 
