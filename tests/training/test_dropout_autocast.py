@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from torch_max_backend import max_backend
+from torch_max_backend.kernels import vendor_blas
 
-from .helpers import assert_same_training, train_both
+from .helpers import Run, assert_same_training, train_both
 
 P = 0.3
 N = 20_000
@@ -50,7 +52,9 @@ def test_dropout_statistics_gradient_and_seeding(max_calls):
     assert max_calls.of("backward") == 3
 
 
-def test_bfloat16_autocast_training_step(max_calls):
+def _autocast_runs() -> tuple[Run, Run]:
+    """A small MLP trained three steps under bfloat16 autocast, compiled and
+    eagerly."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)
@@ -67,11 +71,33 @@ def test_bfloat16_autocast_training_step(max_calls):
         assert out.dtype == torch.bfloat16
         return F.mse_loss(out.float(), batch[1])
 
-    got, eager = train_both(
-        model, lambda p: torch.optim.SGD(p, lr=0.1), loss_of, batches
-    )
+    return train_both(model, lambda p: torch.optim.SGD(p, lr=0.1), loss_of, batches)
+
+
+def test_bfloat16_autocast_training_step(max_calls):
+    got, eager = _autocast_runs()
     # bfloat16 keeps 8 bits of mantissa: MAX and PyTorch round matmul
     # accumulations differently, so compare at bfloat16's resolution.
     assert_same_training(got, eager, rtol=2e-2, atol=2e-2)
     assert max_calls.of("forward") == 3
     assert max_calls.of("backward") == 3
+
+
+@pytest.mark.skipif(
+    vendor_blas.vendor_blas() is None or not vendor_blas.vendor_blas().bfloat16,
+    reason="no vendor BLAS with bfloat16 products here",
+)
+def test_bfloat16_autocast_training_step_on_the_vendor_products(
+    max_calls, graph_texts, monkeypatch
+):
+    """Forward and backward products (a weight gradient reads dY transposed)
+    through MKL's bfloat16 product match eager's training."""
+    monkeypatch.setenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY", "vendor")
+    got, eager = _autocast_runs()
+    assert_same_training(got, eager, rtol=2e-2, atol=2e-2)
+    assert max_calls.of("backward") == 3
+    forward, backward = graph_texts()[:2]
+    assert forward.count("torch_max_backend_vendor_matmul") == 2
+    # dX of the second Linear, dW of both (the first Linear's dX is unused).
+    assert backward.count("torch_max_backend_vendor_matmul") == 3
+    assert "mo.matmul" not in forward + backward
