@@ -137,7 +137,7 @@ class Settings:
             streams every weight, and 4 KiB pages cost it a fifth or more
             (runtime/huge_pages.py). Process-wide: the latest compile's
             value applies.
-        product_strategy: how each float32 (or bfloat16) product on the
+        product_strategy: how each float32 (or half-precision) product on the
             CPU is built: ``"auto"`` times the strategies that fit its shape
             once per machine (MAX's matmul, our few-rows kernel, row sums,
             the vendor BLAS) and keeps the fastest in the storage cache;

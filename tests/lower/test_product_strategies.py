@@ -30,8 +30,15 @@ aten = torch.ops.aten
 needs_vendor = pytest.mark.skipif(
     vendor_blas.vendor_blas() is None, reason="no vendor BLAS (mkl) here"
 )
+
+
+def _vendor_multiplies(kind: str) -> bool:
+    found = vendor_blas.vendor_blas()
+    return found is not None and kind in found.half_types
+
+
 needs_vendor_bfloat16 = pytest.mark.skipif(
-    vendor_blas.vendor_blas() is None or not vendor_blas.vendor_blas().bfloat16,
+    not _vendor_multiplies("bfloat16"),
     reason="no vendor BLAS with bfloat16 products here",
 )
 
@@ -57,19 +64,21 @@ def test_the_vendor_path_matches_eager_in_every_layout(
     assert "mo.matmul" not in text
 
 
-@needs_vendor_bfloat16
-def test_bfloat16_products_take_the_vendor_path_in_every_layout(
-    monkeypatch, max_calls, graph_texts
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_products_take_the_vendor_path_in_every_layout(
+    monkeypatch, max_calls, graph_texts, dtype
 ):
+    if not _vendor_multiplies(str(dtype)[6:]):
+        pytest.skip(f"no vendor BLAS with {dtype} products here")
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
-    inputs = tuple(t.bfloat16() for t in layout_inputs(rows=5, k=40, n=24))
+    inputs = tuple(t.to(dtype) for t in layout_inputs(rows=5, k=40, n=24))
     compiled = torch.compile(
         _products, backend=max_backend, options={"product_strategy": "vendor"}
     )
     got, want = compiled(*inputs), _products(*inputs)
     for g, w in zip(got, want, strict=True):
-        assert g.dtype == torch.bfloat16
-        # Both round a float32 sum to bfloat16: at most one unit apart.
+        assert g.dtype == dtype
+        # Both round a float32 sum once: at most one unit apart.
         torch.testing.assert_close(g, w, rtol=8e-3, atol=1e-5)
     assert max_calls.count == 1
     (text,) = graph_texts()

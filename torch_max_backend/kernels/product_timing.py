@@ -1,4 +1,4 @@
-"""Timing the ways a float32 (or bfloat16) product ``x[M, K] @ W`` can run on the CPU.
+"""Timing the ways a float32 (or half-precision) product ``x[M, K] @ W`` can run on the CPU.
 
 Each way (a *form*) is one small MAX graph with symbolic sizes, compiled
 once per machine (MAX's own cache keeps it: about 20 s, 70 s for the matmul
@@ -58,6 +58,11 @@ _log = logs.get_logger("compile")
 _lock = threading.Lock()
 _session: InferenceSession | None = None
 _models: dict[tuple[str, bool, torch.dtype], Model] = {}
+_OPERAND_TYPES = {
+    torch.float32: DType.float32,
+    torch.bfloat16: DType.bfloat16,
+    torch.float16: DType.float16,
+}
 
 
 def _matmul(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
@@ -119,7 +124,7 @@ def _model(form: str, weight_nk: bool, dtype: torch.dtype) -> Model:
         w_shape = ["n", "k"] if weight_nk else ["k", "n"]
         # float32's graphs keep their names: MAX's cache still holds them.
         kind = "" if dtype == torch.float32 else f"_{str(dtype)[6:]}"
-        operand = DType.bfloat16 if dtype == torch.bfloat16 else DType.float32
+        operand = _OPERAND_TYPES[dtype]
         with Graph(
             f"product_timing_{form}_{'nk' if weight_nk else 'kn'}{kind}",
             input_types=[
@@ -172,7 +177,7 @@ def time_forms(
         gen = torch.Generator().manual_seed(0)
         x = torch.randn(rows, k, generator=gen).to(dtype)
         w = torch.randn(*((n, k) if weight_nk else (k, n)), generator=gen).to(dtype)
-        # Two roundings of a sum of k terms to bfloat16 may differ by a unit.
+        # Two roundings of a sum of k terms to half precision may differ by a unit.
         rtol = 1e-3 if dtype == torch.float32 else 1e-2
         # Wrapped once, run as a compiled graph's call runs them: torch
         # tensors handed to ``execute`` cost 70-170 us of wrapping a call,

@@ -2,8 +2,8 @@
 
 Intel's MKL (the ``mkl`` package from PyPI, a dependency on x86-64 Linux)
 runs float32 products on Intel Xeons faster than MAX's matmul kernel does,
-and bfloat16 ones (``cblas_gemm_bf16bf16f32``, on AMX where the CPU has it)
-several times faster (docs/benchmarks.md). Our Mojo kernel ``torch_max_backend_vendor_matmul``
+and bfloat16 and float16 ones (``cblas_gemm_bf16bf16f32``,
+``cblas_gemm_f16f16f32``) several times faster (docs/benchmarks.md). Our Mojo kernel ``torch_max_backend_vendor_matmul``
 (kernels/mojo_vendor) calls its ``cblas_sgemm`` through ``dlopen`` from MAX's
 worker threads, each call single-threaded over a slice of the output: MAX's
 threads are the only pool, so MKL's threading layer is set to "sequential"
@@ -36,9 +36,12 @@ _OFF = {"0", "off", "false", "no", "none"}
 _MKL_THREADING_SEQUENTIAL = 1
 # What the kernel calls; a library without all of them is not used.
 _SYMBOLS = ("cblas_sgemm", "MKL_Set_Threading_Layer")
-# bfloat16 operands, float32 sums (MKL 2019 on): bfloat16 products take the
-# vendor path only where the library has it.
-_BFLOAT16_SYMBOL = "cblas_gemm_bf16bf16f32"
+# Half-precision operands, float32 sums (MKL 2019 on; float16 2021 on): a
+# product of that type takes the vendor path only where the library has it.
+_HALF_SYMBOLS = {
+    "bfloat16": "cblas_gemm_bf16bf16f32",
+    "float16": "cblas_gemm_f16f16f32",
+}
 
 # Our kernels that call the vendor library: a package of their own, so that
 # only graphs with a vendor product carry it.
@@ -51,12 +54,12 @@ _log = logs.get_logger("compile")
 
 @dataclass(frozen=True)
 class VendorBlas:
-    """A loaded vendor BLAS: its file, what it is, and whether it multiplies
-    bfloat16 operands (summing in float32)."""
+    """A loaded vendor BLAS: its file, what it is, and the half-precision
+    types (torch's names) whose products it sums in float32."""
 
     path: str
     name: str
-    bfloat16: bool = False
+    half_types: tuple[str, ...] = ()
 
 
 def _mkl_candidates() -> list[Path]:
@@ -92,7 +95,10 @@ def _load(path: Path, name: str) -> VendorBlas | None:
         return None
     # Before any product: MKL's own threads would contend with MAX's.
     lib.MKL_Set_Threading_Layer(ctypes.c_int(_MKL_THREADING_SEQUENTIAL))
-    return VendorBlas(str(path), name, hasattr(lib, _BFLOAT16_SYMBOL))
+    halves = tuple(
+        kind for kind, symbol in _HALF_SYMBOLS.items() if hasattr(lib, symbol)
+    )
+    return VendorBlas(str(path), name, halves)
 
 
 @functools.cache

@@ -9,8 +9,8 @@ against its templates, each product shape that fits two or more strategies
 is timed once per machine (kernels/product_timing.py) and the fastest is
 kept in the storage cache (storage/product_choices.py): a second process
 reads the choice instead of timing again, and another machine times anew.
-A bfloat16 product (MAX's matmul or the vendor's bfloat16 product) is timed
-in bfloat16, under keys of its own. The choice is part of the graph's fingerprint (builder/fingerprint.py), so a
+A bfloat16 or float16 product (MAX's matmul or the vendor's half-precision
+product) is timed in its own type, under keys of its own. The choice is part of the graph's fingerprint (builder/fingerprint.py), so a
 warm start or a bundle never carries a choice made on other hardware into a
 graph built here.
 

@@ -82,7 +82,7 @@ def _cpu_float32_static(
     """What our CPU product kernels need: float32 operands (or ``dtype``) on
     the CPU, K and the weight static (the row count may be symbolic)."""
     if rows.dtype != dtype or weight.dtype != dtype:
-        return "not float32" if dtype == torch.float32 else f"not float32 or {dtype}"
+        return "not float32" if dtype == torch.float32 else f"not {dtype}"
     if rows.device.type != "cpu":
         return "not on the CPU"
     if rows.dim() != 2 or not is_static(rows.shape[1:]) or not is_static(weight.shape):
@@ -180,11 +180,11 @@ few_rows_streamed = _few_rows_by(STREAMED, "torch_max_backend_streamed_matmul")
 
 
 def vendor_fits(node: torch.fx.Node) -> str | None:
-    """float32 rows times a 2-d weight with static sizes on the CPU, where a vendor BLAS (MKL) was found (kernels/vendor_blas.py), or bfloat16 ones where it multiplies bfloat16; chosen by measurement or by product_strategy, never by rule."""
+    """float32 rows times a 2-d weight with static sizes on the CPU, where a vendor BLAS (MKL) was found (kernels/vendor_blas.py), or bfloat16 or float16 ones where it multiplies them; chosen by measurement or by product_strategy, never by rule."""
     rows, weight_node = _operands(node)
     found = vendor_blas.vendor_blas()
-    bfloat16 = found is not None and found.bfloat16 and rows.dtype == torch.bfloat16
-    dtype = torch.bfloat16 if bfloat16 else torch.float32
+    half = found is not None and str(rows.dtype)[6:] in found.half_types
+    dtype = rows.dtype if half else torch.float32
     unfit = _cpu_float32_static(rows, fake_tensor(weight_node), dtype)
     if unfit is not None:
         return unfit

@@ -1,6 +1,7 @@
 # Matrix products through a vendor CBLAS (MKL's `cblas_sgemm`; for bfloat16
-# operands `cblas_gemm_bf16bf16f32`, which sums in float32, the way PyTorch's
-# own bfloat16 products do, each result then rounded to bfloat16), loaded from
+# and float16 operands `cblas_gemm_bf16bf16f32` and `cblas_gemm_f16f16f32`,
+# which sum in float32, the way PyTorch's own half-precision products do,
+# each result then rounded once), loaded from
 # the shared library the lowering found (`library`, an absolute path). Each
 # MAX task hands one slice of the output's columns (or, for many rows and few
 # columns, of its rows) to a single-threaded call: MAX's worker threads are
@@ -23,14 +24,15 @@ comptime _MKL_SEQUENTIAL: c_int = 1
 # Columns a task takes at least: narrower slices cost more in calls than they
 # gain in parallel work.
 comptime _MIN_COLUMNS = 64
-# float32 sums rounded to bfloat16 this many at a time.
+# float32 sums rounded to half precision this many at a time.
 comptime _ROUND_WIDTH = 16
 
 
 @extensibility.register("torch_max_backend_vendor_matmul")
 struct VendorMatmul:
     """`output[M, N] = x[M, K] @ W` in float32 by the vendor's `cblas_sgemm`
-    (bfloat16: `cblas_gemm_bf16bf16f32` into float32, rounded once), W stored
+    (bfloat16, float16: MKL's half-precision product into float32, rounded
+    once), W stored
     [K, N], or [N, K] when `weight_nk` is set (a Linear's weight)."""
 
     @staticmethod
@@ -48,8 +50,8 @@ struct VendorMatmul:
     ) raises:
         comptime assert target == "cpu", "torch_max_backend_vendor_matmul runs on CPU"
         comptime assert (
-            dtype == DType.float32 or dtype == DType.bfloat16
-        ), "the vendor product is float32 or bfloat16"
+            dtype == DType.float32 or dtype == DType.bfloat16 or dtype == DType.float16
+        ), "the vendor product is float32, bfloat16 or float16"
         var m_len = x.dim_size(0)
         var k_len = x.dim_size(1)
         var n_len = output.dim_size(1)
@@ -62,7 +64,10 @@ struct VendorMatmul:
             return
         var lib = OwnedDLHandle(library)
         var sgemm = lib.get_function[NoneType](
-            "cblas_sgemm" if dtype == DType.float32 else "cblas_gemm_bf16bf16f32"
+            "cblas_sgemm" if dtype == DType.float32 else (
+                "cblas_gemm_bf16bf16f32" if dtype == DType.bfloat16
+                else "cblas_gemm_f16f16f32"
+            )
         )
         # Also set where this process's Python side did (vendor_blas.py): a
         # process that only runs exported graphs (the AOT runner) has not.
