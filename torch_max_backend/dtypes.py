@@ -47,6 +47,11 @@ def accumulation_dtype(dtype: DType) -> DType:
     return DType.float32 if dtype in (DType.float16, DType.bfloat16) else dtype
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch's name for ``dtype`` without its module: ``"bfloat16"``."""
+    return str(dtype).removeprefix("torch.")
+
+
 def supported_dtype(dtype: torch.dtype) -> bool:
     return dtype in _TORCH_TO_MAX
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torch_max_backend import explain, max_backend
+from torch_max_backend.dtypes import dtype_name
 from torch_max_backend.kernels import vendor_blas
 from torch_max_backend.lower import product_choice
 from torch_max_backend.lower.builder.fingerprint import graph_fingerprint
@@ -68,7 +69,7 @@ def test_the_vendor_path_matches_eager_in_every_layout(
 def test_half_precision_products_take_the_vendor_path_in_every_layout(
     monkeypatch, max_calls, graph_texts, dtype
 ):
-    if not _vendor_multiplies(str(dtype)[6:]):
+    if not _vendor_multiplies(dtype_name(dtype)):
         pytest.skip(f"no vendor BLAS with {dtype} products here")
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
     inputs = tuple(t.to(dtype) for t in layout_inputs(rows=5, k=40, n=24))

@@ -1,4 +1,5 @@
-"""Timing the ways a float32 (or half-precision) product ``x[M, K] @ W`` can run on the CPU.
+"""Timing the ways a float32 (or half-precision) product ``x[M, K] @ W`` can
+run on the CPU.
 
 Each way (a *form*) is one small MAX graph with symbolic sizes, compiled
 once per machine (MAX's own cache keeps it: about 20 s, 70 s for the matmul
@@ -37,11 +38,11 @@ from collections.abc import Callable
 
 import torch
 from max.driver import CPU, Buffer
-from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 
 from .. import logs
+from ..dtypes import dtype_name, to_max_dtype
 from ..storage.product_choices import last_level_cache_bytes
 from .library import SHIPPED, STREAMED, TILED, MojoLibrary, custom
 from .vendor_blas import VENDOR_KERNELS, vendor_blas
@@ -58,11 +59,6 @@ _log = logs.get_logger("compile")
 _lock = threading.Lock()
 _session: InferenceSession | None = None
 _models: dict[tuple[str, bool, torch.dtype], Model] = {}
-_OPERAND_TYPES = {
-    torch.float32: DType.float32,
-    torch.bfloat16: DType.bfloat16,
-    torch.float16: DType.float16,
-}
 
 
 def _matmul(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
@@ -123,8 +119,8 @@ def _model(form: str, weight_nk: bool, dtype: torch.dtype) -> Model:
         rows = "m" if form != "row_sums" else 1
         w_shape = ["n", "k"] if weight_nk else ["k", "n"]
         # float32's graphs keep their names: MAX's cache still holds them.
-        kind = "" if dtype == torch.float32 else f"_{str(dtype)[6:]}"
-        operand = _OPERAND_TYPES[dtype]
+        kind = "" if dtype == torch.float32 else f"_{dtype_name(dtype)}"
+        operand = to_max_dtype(dtype)
         with Graph(
             f"product_timing_{form}_{'nk' if weight_nk else 'kn'}{kind}",
             input_types=[

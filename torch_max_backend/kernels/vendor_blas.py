@@ -3,8 +3,9 @@
 Intel's MKL (the ``mkl`` package from PyPI, a dependency on x86-64 Linux)
 runs float32 products on Intel Xeons faster than MAX's matmul kernel does,
 and bfloat16 and float16 ones (``cblas_gemm_bf16bf16f32``,
-``cblas_gemm_f16f16f32``) several times faster (docs/benchmarks.md). Our Mojo kernel ``torch_max_backend_vendor_matmul``
-(kernels/mojo_vendor) calls its ``cblas_sgemm`` through ``dlopen`` from MAX's
+``cblas_gemm_f16f16f32``) several times faster (docs/benchmarks.md). Our
+Mojo kernel ``torch_max_backend_vendor_matmul`` (kernels/mojo_vendor) calls
+its ``cblas_sgemm`` through ``dlopen`` from MAX's
 worker threads, each call single-threaded over a slice of the output: MAX's
 threads are the only pool, so MKL's threading layer is set to "sequential"
 when the library is found. That is process-wide for this ``libmkl_rt``:

@@ -10,9 +10,10 @@ is timed once per machine (kernels/product_timing.py) and the fastest is
 kept in the storage cache (storage/product_choices.py): a second process
 reads the choice instead of timing again, and another machine times anew.
 A bfloat16 or float16 product (MAX's matmul or the vendor's half-precision
-product) is timed in its own type, under keys of its own. The choice is part of the graph's fingerprint (builder/fingerprint.py), so a
-warm start or a bundle never carries a choice made on other hardware into a
-graph built here.
+product) is timed in its own type, under keys of its own. The choice is part
+of the graph's fingerprint (builder/fingerprint.py), so a warm start or a
+bundle never carries a choice made on other hardware into a graph built
+here.
 
 A product in a graph whose tensors outgrow the CPU's last-level cache (a
 decode step of a real model) reads its weight from memory at every call,
@@ -42,6 +43,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import logs
+from ..dtypes import dtype_name
 from ..kernels import vendor_blas
 from ..settings import PRODUCT_STRATEGIES
 from ..storage.product_choices import (
@@ -110,7 +112,7 @@ class ProductShape:
         layout = "nk" if self.weight_nk else "kn"
         where = " streamed" if self.streamed else ""
         # float32's keys name no type: the tables written before still hold.
-        kind = "" if self.dtype == torch.float32 else f" {str(self.dtype)[6:]}"
+        kind = "" if self.dtype == torch.float32 else f" {dtype_name(self.dtype)}"
         return (
             f"{self.rows}x{self.k}x{self.n} {layout}{kind}{where} "
             f"{','.join(sorted(forms))}"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 from max.graph import TensorType, TensorValue, ops
 
+from ..dtypes import dtype_name
 from ..kernels import vendor_blas
 from ..kernels.library import SHIPPED, STREAMED, TILED, MojoLibrary, Parameter, custom
 from .context import current
@@ -183,7 +184,7 @@ def vendor_fits(node: torch.fx.Node) -> str | None:
     """float32 rows times a 2-d weight with static sizes on the CPU, where a vendor BLAS (MKL) was found (kernels/vendor_blas.py), or bfloat16 or float16 ones where it multiplies them; chosen by measurement or by product_strategy, never by rule."""
     rows, weight_node = _operands(node)
     found = vendor_blas.vendor_blas()
-    half = found is not None and str(rows.dtype)[6:] in found.half_types
+    half = found is not None and dtype_name(rows.dtype) in found.half_types
     dtype = rows.dtype if half else torch.float32
     unfit = _cpu_float32_static(rows, fake_tensor(weight_node), dtype)
     if unfit is not None:
