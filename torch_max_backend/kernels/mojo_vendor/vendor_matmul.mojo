@@ -32,8 +32,8 @@ comptime _ROUND_WIDTH = 16
 struct VendorMatmul:
     """`output[M, N] = x[M, K] @ W` in float32 by the vendor's `cblas_sgemm`
     (bfloat16, float16: MKL's half-precision product into float32, rounded
-    once), W stored
-    [K, N], or [N, K] when `weight_nk` is set (a Linear's weight)."""
+    once), W stored [K, N], or [N, K] when `weight_nk` is set (a Linear's
+    weight)."""
 
     @staticmethod
     def execute[
