@@ -232,3 +232,7 @@ ATTENTION = MojoLibrary(
 OPTIMIZER = MojoLibrary(
     "torch_max_backend_optimizer", Path(__file__).parent / "mojo_optimizer"
 )
+# float32 rounded to bfloat16 on the CPU: likewise a library of its own.
+ROUNDING = MojoLibrary(
+    "torch_max_backend_rounding", Path(__file__).parent / "mojo_rounding"
+)

@@ -20,6 +20,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ..dtypes import to_max_dtype
+from .bfloat16_rounding import cast
 from .context import computing_in, current
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,7 +39,7 @@ def _widened(value: object) -> object:
 
 def _rounded(result: object, dtype: DType) -> object:
     if isinstance(result, TensorValue) and result.dtype == DType.float32:
-        return ops.cast(result, dtype)
+        return cast(result, dtype)
     if isinstance(result, (tuple, list)):
         return type(result)(_rounded(r, dtype) for r in result)
     return result

@@ -35,6 +35,7 @@ def _scaled(x: TensorValue, alpha: Operand) -> TensorValue:
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar)
+@opmath
 def add(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
     """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
     add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
@@ -46,6 +47,7 @@ def add(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
+@opmath
 def sub(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
     """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
     sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
@@ -55,6 +57,7 @@ def sub(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
 
 
 @lowering(aten.rsub.Scalar, aten.rsub.Tensor)
+@opmath
 def rsub(self: Operand, other: Operand, alpha: Operand = 1) -> TensorValue:
     """rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
     rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
@@ -74,6 +77,7 @@ def difference(a: TensorValue, b: TensorValue) -> TensorValue:
 
 
 @lowering(aten.mul.Tensor, aten.mul.Scalar)
+@opmath
 def mul(self: Operand, other: Operand) -> TensorValue:
     """mul.Tensor(Tensor self, Tensor other) -> Tensor
     mul.Scalar(Tensor self, Scalar other) -> Tensor
@@ -85,6 +89,7 @@ def mul(self: Operand, other: Operand) -> TensorValue:
 
 
 @lowering(prims.fma.default)
+@opmath
 def fma(a: TensorValue, b: TensorValue, c: TensorValue) -> TensorValue:
     """prims::fma(Tensor a, Tensor b, Tensor c) -> Tensor"""
     # Dynamo emits it for in-place updates with a tensor scale, such as an

@@ -1,0 +1,52 @@
+"""float32 values rounded to bfloat16 on the CPU by a kernel of ours.
+
+torch rounds a bfloat16 tensor's every elementwise result from float32
+(``opmath``), so a bfloat16 model rounds after nearly every op. MAX 26.7's
+CPU cast to bfloat16 converts about 0.9 values a nanosecond (a 512x1536
+product of two tensors then rounded: 1.1 ms, the product alone 0.2, an
+AVX-512 Xeon), where our kernel (kernels/mojo_rounding) rounds the same
+values in 0.1 ms with the same bits as torch's. The kernel's input is
+materialized in float32 (MAX fuses no elementwise work into a kernel of
+ours), which small tensors do not repay: they keep MAX's cast, fused into
+the op before it. GPUs keep MAX's cast.
+"""
+
+from __future__ import annotations
+
+from max.dtype import DType
+from max.graph import StaticDim, TensorType, TensorValue, ops
+
+from ..kernels.library import ROUNDING, custom
+
+# Values below which MAX's cast stays: at 16384 it costs about 18 us, the
+# kernel's own call and the materialized float32 input about 10.
+ROUNDED_BY_KERNEL_FROM = 16384
+
+
+def _known_values(x: TensorValue) -> int:
+    """The product of ``x``'s static dims (a symbolic dim counts as 1)."""
+    total = 1
+    for dim in x.shape:
+        if isinstance(dim, StaticDim):
+            total *= int(dim)
+    return total
+
+
+def cast(x: TensorValue, dtype: DType) -> TensorValue:
+    """``x`` cast to ``dtype``; float32 to bfloat16 on the CPU by our kernel
+    where the values are many."""
+    if (
+        dtype != DType.bfloat16
+        or x.dtype != DType.float32
+        or not x.device.is_cpu()
+        or _known_values(x) < ROUNDED_BY_KERNEL_FROM
+    ):
+        return ops.cast(x, dtype)
+    (out,) = custom(
+        ROUNDING,
+        "torch_max_backend_round_bfloat16",
+        [x],
+        [TensorType(DType.bfloat16, x.shape, x.device)],
+        x.device,
+    )
+    return out
