@@ -65,3 +65,29 @@ def test_small_bfloat16_results_keep_maxs_cast(max_calls, graph_texts):
         torch.testing.assert_close(g, w, rtol=tolerance, atol=0, equal_nan=True)
     assert max_calls.count == 1
     assert _KERNEL not in graph_texts()[0]
+
+
+def _attention_and_batched_product(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True), q @ k.transpose(
+        -1, -2
+    )
+
+
+def test_bfloat16_attention_and_batched_products_round_in_our_kernel(
+    max_calls, graph_texts
+):
+    # Both computed in float32 on the CPU and rounded once at the end.
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(1, 4, 64, 64).to(torch.bfloat16) for _ in range(3))
+    compiled = torch.compile(_attention_and_batched_product, backend=max_backend)
+    with torch.no_grad():
+        got = compiled(q, k, v)
+        want = _attention_and_batched_product(q, k, v)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == torch.bfloat16
+        # Summed in float32 in another order than eager's: a unit apart.
+        torch.testing.assert_close(g, w, rtol=8e-3, atol=1e-2)
+    assert max_calls.count == 1
+    assert graph_texts()[0].count(_KERNEL) == 2

@@ -32,7 +32,7 @@ def _known_values(x: TensorValue) -> int:
     return total
 
 
-def cast(x: TensorValue, dtype: DType) -> TensorValue:
+def cast_to(x: TensorValue, dtype: DType) -> TensorValue:
     """``x`` cast to ``dtype``; float32 to bfloat16 on the CPU by our kernel
     where the values are many."""
     if (

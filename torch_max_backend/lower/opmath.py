@@ -20,7 +20,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ..dtypes import to_max_dtype
-from .bfloat16_rounding import cast
+from .bfloat16_rounding import cast_to
 from .context import computing_in, current
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,7 +39,7 @@ def _widened(value: object) -> object:
 
 def _rounded(result: object, dtype: DType) -> object:
     if isinstance(result, TensorValue) and result.dtype == DType.float32:
-        return cast(result, dtype)
+        return cast_to(result, dtype)
     if isinstance(result, (tuple, list)):
         return type(result)(_rounded(r, dtype) for r in result)
     return result
@@ -79,4 +79,4 @@ def accumulated(
     dtype = first.dtype
     if dtype not in _HALF_MAX or not current().device.is_cpu():
         return product(*operands)
-    return ops.cast(product(*(_widened(o) for o in operands)), dtype)
+    return cast_to(product(*(_widened(o) for o in operands)), dtype)

@@ -9,7 +9,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ..dtypes import to_max_dtype, to_torch_dtype
-from .bfloat16_rounding import cast
+from .bfloat16_rounding import cast_to
 from .context import current
 
 Number = bool | int | float
@@ -99,7 +99,7 @@ def as_tensor(x: Operand, dtype: DType) -> TensorValue:
             # cast and its ordered not_equal make NaN False).
             zero = ops.constant(0, x.dtype, device=x.device)
             return ops.logical_or(ops.not_equal(x, zero), ops.is_nan(x))
-        return cast(x, dtype)
+        return cast_to(x, dtype)
     return ops.constant(x, dtype, device=current().device)
 
 

@@ -24,6 +24,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 from max.graph.ops.reduction import max as reduce_max
 
+from ..bfloat16_rounding import cast_to
 from ..context import derived_once, unread_output
 from ..kit import fake_tensor, outputs_read, schema_args, unrepeated
 from ..one_query_attention import one_query_attention, one_query_fits
@@ -152,7 +153,7 @@ def _forward(
     lse = _logsumexp(s)
     p = torch_exp(ops.sub(s, ops.unsqueeze(lse, -1)))
     out = _grouped_matmul(p, ops.cast(v, DType.float32), q)
-    return ops.cast(out, q.dtype), lse
+    return cast_to(out, q.dtype), lse
 
 
 def _backward(
@@ -186,9 +187,9 @@ def _backward(
         _grouped(ops.cast(q, DType.float32), kv_heads),
     )
     return (
-        ops.cast(grad_q, q.dtype),
-        ops.cast(grad_k, k.dtype),
-        ops.cast(grad_v, v.dtype),
+        cast_to(grad_q, q.dtype),
+        cast_to(grad_k, k.dtype),
+        cast_to(grad_v, v.dtype),
     )
 
 
@@ -271,7 +272,7 @@ def _inference(
     keys = _rows_with_a_key(mask)
     if keys is not None:
         out = ops.where(keys, out, as_tensor(0.0, DType.float32))
-    return ops.cast(out, q.dtype), unread_output()
+    return cast_to(out, q.dtype), unread_output()
 
 
 def _inference_grouped(
@@ -298,7 +299,7 @@ def _inference_grouped(
     keys = _rows_with_a_key(mask)
     if keys is not None:
         out = ops.where(keys, out, zero)
-    return ops.cast(out, q.dtype), unread_output()
+    return cast_to(out, q.dtype), unread_output()
 
 
 def _attention_by(

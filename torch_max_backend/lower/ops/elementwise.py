@@ -90,7 +90,7 @@ def mul(self: Operand, other: Operand) -> TensorValue:
 
 @lowering(prims.fma.default)
 @opmath
-def fma(a: TensorValue, b: TensorValue, c: TensorValue) -> TensorValue:
+def fma(a: Operand, b: Operand, c: Operand) -> TensorValue:
     """prims::fma(Tensor a, Tensor b, Tensor c) -> Tensor"""
     # Dynamo emits it for in-place updates with a tensor scale, such as an
     # optimizer's ``param.add_(grad, alpha=-lr)`` when lr is a tensor.
