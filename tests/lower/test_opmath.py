@@ -166,3 +166,29 @@ def test_half_precision_volumes_pools_and_bags_accumulate_in_float32(max_calls):
         ):
             _as_close_to_exact_as_eager(got, want, exact)
     assert max_calls.count == 2
+
+
+def _arithmetic(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # torch takes a number as a float32 (x * 0.1 rounded 0.1 to bfloat16
+    # first: 51 of 256 values a unit off, x / 1.7 90) and scales and adds in
+    # float32 before one rounding (an add with alpha rounded twice: 22).
+    return (
+        x * 0.1,
+        y / 1.7,
+        x - y * y,
+        0.7 - x,
+        torch.add(x, y, alpha=0.1),
+        (x * y + x) * y,
+    )
+
+
+def test_half_precision_arithmetic_takes_float32_numbers_and_rounds_once(max_calls):
+    torch.manual_seed(5)
+    for dtype in (torch.bfloat16, torch.float16):
+        x, y = torch.randn(4, 64).to(dtype), torch.randn(4, 64).to(dtype)
+        torch._dynamo.reset()
+        got = torch.compile(_arithmetic, backend=max_backend)(x, y)
+        for g, w in zip(got, _arithmetic(x, y), strict=True):
+            assert g.dtype == dtype
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    assert max_calls.count == 2

@@ -238,6 +238,8 @@ class InputPlan:
             else:
                 meta = _first_tensor_meta([node])
                 dtype = meta.dtype if meta is not None else torch.tensor(value).dtype
+            if dtype in _HALF and node.target in _FLOAT32_NUMBERS:
+                dtype = torch.float32
             if arg.name in _OPERANDS and _wraps_around(node, value, dtype):
                 # 300 with an int8 tensor: the lowering's own promotion casts
                 # it (wrapping around, as eager: 44 for a product, 300 for
@@ -248,6 +250,20 @@ class InputPlan:
             index = self._add_constant(tensor, tensor, f"scalar of {node.name}")
             self.scalars_of.setdefault(node, []).append((key, index, type(value)))
 
+
+_HALF = (torch.float16, torch.bfloat16)
+# torch's kernels multiply and divide a half-precision tensor by a number
+# taken as a float32 (x * 0.1 in bfloat16 is float32 0.1 times x, rounded
+# once), where add and sub round the number (and alpha) to the tensor's
+# dtype first: a number of these ops is lifted as float32, and their
+# lowerings compute in float32 (opmath).
+_FLOAT32_NUMBERS = (
+    torch.ops.aten.mul.Tensor,
+    torch.ops.aten.mul.Scalar,
+    torch.ops.aten.div.Tensor,
+    torch.ops.aten.div.Scalar,
+    torch.ops.aten.true_divide.Tensor,
+)
 
 # A binary op's operands: a number there is the other operand (`i * 300`,
 # `torch.pow(300, i)`, `300 % i`), not a bound or a fill value.
