@@ -32,6 +32,10 @@ def _scaled(x: TensorValue, alpha: Operand) -> TensorValue:
 
 
 # -- arithmetic ----------------------------------------------------------------
+# Half-precision operands are added and multiplied in float32 and rounded
+# once (``opmath``), as torch's kernels do: an add with alpha had rounded
+# twice, and MAX's own bfloat16 multiply ran at its slow cast's rate on the
+# CPU (docs/benchmarks.md, half-precision elementwise work).
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar)
