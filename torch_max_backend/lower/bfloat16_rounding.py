@@ -7,19 +7,22 @@ product of two tensors then rounded: 1.1 ms, the product alone 0.2, an
 AVX-512 Xeon), where our kernel (kernels/mojo_rounding) rounds the same
 values in 0.1 ms with the same bits as torch's. The kernel's input is
 materialized in float32 (MAX fuses no elementwise work into a kernel of
-ours), which small tensors do not repay: they keep MAX's cast, fused into
-the op before it. GPUs keep MAX's cast.
+ours); small results keep MAX's cast, fused into the op before it. GPUs
+keep MAX's cast.
 """
 
 from __future__ import annotations
 
 from max.dtype import DType
-from max.graph import StaticDim, TensorType, TensorValue, ops
+from max.graph import TensorType, TensorValue, ops
 
 from ..kernels.library import ROUNDING, custom
+from .shapes import static_size
 
-# Values below which MAX's cast stays: at 16384 it costs about 18 us, the
-# kernel's own call and the materialized float32 input about 10.
+# Values below which MAX's cast stays. Timed from 16384 up, where the
+# kernel led (8 roundings: 150 us against 365); below that untimed, so
+# small graphs (a decode step's rows) keep their fused casts rather than
+# add a kernel call each.
 ROUNDED_BY_KERNEL_FROM = 16384
 
 
@@ -27,8 +30,8 @@ def _known_values(x: TensorValue) -> int:
     """The product of ``x``'s static dims (a symbolic dim counts as 1)."""
     total = 1
     for dim in x.shape:
-        if isinstance(dim, StaticDim):
-            total *= int(dim)
+        size = static_size(dim)
+        total *= 1 if size is None else size
     return total
 
 

@@ -25,7 +25,8 @@ from .context import computing_in, current
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_HALF = (torch.float16, torch.bfloat16)
+# The dtypes torch computes in float32 and rounds back to.
+HALF = (torch.float16, torch.bfloat16)
 _HALF_MAX = (DType.float16, DType.bfloat16)
 
 
@@ -54,7 +55,7 @@ def opmath(fn: F) -> F:
         if isinstance(meta, (list, tuple)) and meta:
             meta = meta[0]
         dtype = meta.dtype if isinstance(meta, torch.Tensor) else None
-        if dtype not in _HALF:
+        if dtype not in HALF:
             return fn(*args, **kwargs)
         with computing_in(torch.float32):
             result = fn(

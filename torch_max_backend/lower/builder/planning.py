@@ -19,6 +19,7 @@ from max.graph import BufferType, DeviceRef, TensorType
 from ...dtypes import to_device_ref, to_max_dtype
 from ...errors import MaxCompilerError
 from ...plan import InputKind, InputSource
+from ..opmath import HALF
 from ..passes import GraphFindings
 from ..registry import draws_random, lifts_scalars
 from ..shapes import max_dim
@@ -238,7 +239,7 @@ class InputPlan:
             else:
                 meta = _first_tensor_meta([node])
                 dtype = meta.dtype if meta is not None else torch.tensor(value).dtype
-            if dtype in _HALF and node.target in _FLOAT32_NUMBERS:
+            if dtype in HALF and node.target in _FLOAT32_NUMBERS:
                 dtype = torch.float32
             if arg.name in _OPERANDS and _wraps_around(node, value, dtype):
                 # 300 with an int8 tensor: the lowering's own promotion casts
@@ -251,7 +252,6 @@ class InputPlan:
             self.scalars_of.setdefault(node, []).append((key, index, type(value)))
 
 
-_HALF = (torch.float16, torch.bfloat16)
 # torch's kernels multiply and divide a half-precision tensor by a number
 # taken as a float32 (x * 0.1 in bfloat16 is float32 0.1 times x, rounded
 # once), where add and sub round the number (and alpha) to the tensor's
