@@ -159,6 +159,12 @@ class Settings:
             preempts MAX's own kernels) and let it run only on idle cores
             (Linux ``SCHED_IDLE``; runtime/max_poller.py). Process-wide and
             once.
+        rest_max_workers: when a CPU graph is first compiled, let MAX's
+            worker threads rest at nice 19 after each execute of a
+            millisecond or more and take their priority back before the next
+            (they keep spinning long after long executes, on the cores the
+            caller's Python needs; runtime/max_workers.py). Only where the
+            process may raise a thread's priority back. Process-wide.
     """
 
     verbose: bool = False
@@ -175,6 +181,7 @@ class Settings:
     product_strategy: str = "auto"
     quiet_torch_threads: bool = True
     idle_max_poller: bool = True
+    rest_max_workers: bool = True
 
     # Environment variables for each field; the older PYTORCH_ spelling is kept.
     _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -192,6 +199,7 @@ class Settings:
         "product_strategy": ("TORCH_MAX_BACKEND_PRODUCT_STRATEGY",),
         "quiet_torch_threads": ("TORCH_MAX_BACKEND_QUIET_TORCH_THREADS",),
         "idle_max_poller": ("TORCH_MAX_BACKEND_IDLE_MAX_POLLER",),
+        "rest_max_workers": ("TORCH_MAX_BACKEND_REST_MAX_WORKERS",),
     }
 
     @classmethod

@@ -22,7 +22,7 @@ from .. import logs
 from ..errors import MaxCompilerError, first_line
 from ..logs import show_on_stderr
 from ..plan import GraphPlan
-from ..runtime import huge_pages, max_poller, torch_threads
+from ..runtime import huge_pages, max_poller, max_workers, torch_threads
 from ..runtime.compiled_graph import CompiledGraph
 from ..runtime.profile import GraphStats, ProfiledCompiledGraph
 from ..runtime.progress import compile_progress, wanted
@@ -152,6 +152,8 @@ def compiled_graph(
         torch_threads.quiet()
     if settings.idle_max_poller and plan.device.startswith("cpu"):
         max_poller.idle_poller()
+    if settings.rest_max_workers and plan.device.startswith("cpu"):
+        max_workers.enable()
     with unset_fake_temporarily():
         if settings.profile:
             compiled: CompiledGraph = ProfiledCompiledGraph(

@@ -25,7 +25,7 @@ from ..plan import (
     RuntimeCheck,
     compile_size_expr,
 )
-from . import huge_pages
+from . import huge_pages, max_workers
 
 _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
@@ -208,7 +208,11 @@ class CompiledGraph:
         if execute is None:
             return []
         inputs = self._buffers(args)
-        buffers = execute(inputs)
+        if self._on_cpu and max_workers.enabled():
+            # MAX's workers rest between long executes (runtime/max_workers.py).
+            buffers = max_workers.run(execute, inputs)
+        else:
+            buffers = execute(inputs)
         if self._on_cpu:
             results = [_from_capsule(b.__dlpack__()) for b in buffers]
         else:

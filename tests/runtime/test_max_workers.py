@@ -1,0 +1,105 @@
+"""MAX's CPU workers rest at nice 19 between long executes and take their
+own priority back before the next, where the process may raise it again
+(runtime/max_workers.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+from torch_max_backend import max_backend
+from torch_max_backend.runtime import max_workers
+from torch_max_backend.settings import Settings
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="thread priorities and /proc"
+)
+
+
+def simple_math(x, y):  # test_backend's structure: a cache hit
+    return x + y * 2
+
+
+def _nice(tid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, tid)
+
+
+def test_workers_rest_after_a_long_execute_and_wake_for_the_next(
+    monkeypatch, max_calls
+):
+    if not max_workers.may_raise_priority():
+        pytest.skip("this process may not raise a thread's priority back")
+    # Every execute counts as long here: the graph is a small one.
+    monkeypatch.setattr(max_workers, "REST_AFTER_S", 0.0)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    compiled = torch.compile(simple_math, backend=max_backend)
+    torch.testing.assert_close(compiled(x, y), x + y * 2)
+    assert max_calls.count == 1
+    assert max_workers.enabled()
+
+    workers = max_workers.workers()
+    assert workers, "MAX's workers are found by their names"
+    assert all(_nice(tid) == max_workers.RESTING_NICE for tid, _ in workers)
+
+    seen_during: list[list[int]] = []
+
+    def execute(inputs):
+        seen_during.append([_nice(tid) for tid, _ in workers])
+        return inputs
+
+    assert max_workers.run(execute, ["in"]) == ["in"]
+    assert seen_during == [[own for _, own in workers]]
+    assert all(_nice(tid) == max_workers.RESTING_NICE for tid, _ in workers)
+    # And the compiled graph still computes eager's values.
+    torch.testing.assert_close(compiled(y, x), y + x * 2)
+
+
+def test_a_short_execute_leaves_the_workers_awake():
+    if not max_workers.may_raise_priority():
+        pytest.skip("this process may not raise a thread's priority back")
+    # Any execute wakes them; one under REST_AFTER_S does not put them back.
+    assert max_workers.run(lambda inputs: inputs, [1]) == [1]
+    for tid, own in max_workers.workers():
+        assert _nice(tid) == own
+
+
+def test_nothing_changes_where_priority_cannot_be_raised_back(monkeypatch):
+    monkeypatch.setattr(max_workers, "_checked", False)
+    monkeypatch.setattr(max_workers, "_enabled", False)
+    monkeypatch.setattr(max_workers, "may_raise_priority", lambda: False)
+    assert not max_workers.enable()
+    assert not max_workers.enabled()
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(simple_math, backend=max_backend)
+    torch.testing.assert_close(compiled(x, y), x + y * 2)
+
+
+def test_the_setting_and_its_variable(monkeypatch):
+    assert Settings.resolve().rest_max_workers
+    assert not Settings.resolve({"rest_max_workers": False}).rest_max_workers
+    monkeypatch.setenv("TORCH_MAX_BACKEND_REST_MAX_WORKERS", "0")
+    assert not Settings.resolve().rest_max_workers
+
+
+def test_the_workers_are_enabled_only_where_the_setting_allows(monkeypatch):
+    from torch_max_backend.pipeline import compiling
+
+    enabled: list[bool] = []
+    monkeypatch.setattr(
+        compiling.max_workers, "enable", lambda: enabled.append(True) or True
+    )
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    torch._dynamo.reset()
+    off = torch.compile(
+        simple_math, backend=max_backend, options={"rest_max_workers": False}
+    )
+    torch.testing.assert_close(off(x, y), x + y * 2)
+    assert enabled == []
+    torch._dynamo.reset()
+    on = torch.compile(simple_math, backend=max_backend)
+    torch.testing.assert_close(on(x, y), x + y * 2)
+    assert enabled == [True]
