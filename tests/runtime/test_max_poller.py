@@ -15,13 +15,11 @@ from torch_max_backend import max_backend
 from torch_max_backend.runtime import max_poller
 from torch_max_backend.settings import Settings
 
+from .process_settings import assert_started_only_where_allowed, simple_math
+
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="SCHED_IDLE and /proc are Linux's"
 )
-
-
-def simple_math(x, y):  # test_backend's structure: a cache hit
-    return x + y * 2
 
 
 def _policy(tid: int) -> int:
@@ -69,22 +67,9 @@ def test_a_busy_python_thread_is_not_taken_for_the_poller():
 
 
 def test_the_search_is_started_only_where_the_setting_allows(monkeypatch):
-    from torch_max_backend.pipeline import compiling
-
-    started: list[bool] = []
-    monkeypatch.setattr(
-        compiling.max_poller, "idle_poller", lambda: started.append(True) or True
+    assert_started_only_where_allowed(
+        monkeypatch, "idle_max_poller", "max_poller.idle_poller"
     )
-    x, y = torch.randn(3, 4), torch.randn(3, 4)
-    off = torch.compile(
-        simple_math, backend=max_backend, options={"idle_max_poller": False}
-    )
-    torch.testing.assert_close(off(x, y), x + y * 2)
-    assert started == []
-    torch._dynamo.reset()
-    on = torch.compile(simple_math, backend=max_backend)
-    torch.testing.assert_close(on(x, y), x + y * 2)
-    assert started == [True]
 
 
 def test_the_setting_and_its_variable(monkeypatch):

@@ -14,13 +14,11 @@ from torch_max_backend import max_backend
 from torch_max_backend.runtime import max_workers
 from torch_max_backend.settings import Settings
 
+from .process_settings import assert_started_only_where_allowed, simple_math
+
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="thread priorities and /proc"
 )
-
-
-def simple_math(x, y):  # test_backend's structure: a cache hit
-    return x + y * 2
 
 
 def _nice(tid: int) -> int:
@@ -86,20 +84,6 @@ def test_the_setting_and_its_variable(monkeypatch):
 
 
 def test_the_workers_are_enabled_only_where_the_setting_allows(monkeypatch):
-    from torch_max_backend.pipeline import compiling
-
-    enabled: list[bool] = []
-    monkeypatch.setattr(
-        compiling.max_workers, "enable", lambda: enabled.append(True) or True
+    assert_started_only_where_allowed(
+        monkeypatch, "rest_max_workers", "max_workers.enable"
     )
-    x, y = torch.randn(3, 4), torch.randn(3, 4)
-    torch._dynamo.reset()
-    off = torch.compile(
-        simple_math, backend=max_backend, options={"rest_max_workers": False}
-    )
-    torch.testing.assert_close(off(x, y), x + y * 2)
-    assert enabled == []
-    torch._dynamo.reset()
-    on = torch.compile(simple_math, backend=max_backend)
-    torch.testing.assert_close(on(x, y), x + y * 2)
-    assert enabled == [True]
