@@ -102,17 +102,11 @@ def _candidates() -> list[int]:
         tid = int(name)
         if tid in python:
             continue
-        if is_max_worker(tid):
+        comm = (_read(f"/proc/self/task/{tid}/comm") or "").strip()
+        if comm.startswith(_WORKER_PREFIX):
             continue
         found.append(tid)
     return found
-
-
-def is_max_worker(tid: int) -> bool:
-    """Whether thread ``tid`` of this process is one of MAX's CPU workers
-    (False for a thread that has ended)."""
-    comm = _read(f"/proc/self/task/{tid}/comm") or ""
-    return comm.startswith(_WORKER_PREFIX)
 
 
 def find_pollers() -> list[int]:

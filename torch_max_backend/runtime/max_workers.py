@@ -30,10 +30,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import logs
-from .max_poller import is_max_worker
 
 _log = logs.get_logger("runtime")
 
+# MAX names its CPU worker threads "🔥 Thread0", "🔥 Thread1", ...
+_WORKER_PREFIX = "\U0001f525"
 # The nice value of a resting worker: the lowest weight Linux gives, so that
 # any other runnable thread of normal priority takes its core.
 RESTING_NICE = 19
@@ -104,11 +105,12 @@ def enabled() -> bool:
 
 def _find_workers() -> list[tuple[int, int]]:
     found = []
-    for tid in map(int, os.listdir("/proc/self/task")):
-        if not is_max_worker(tid):
-            continue
+    for name in os.listdir("/proc/self/task"):
         try:
-            found.append((tid, _nice_of(tid)))
+            with open(f"/proc/self/task/{name}/comm") as f:
+                comm = f.read()
+            if comm.startswith(_WORKER_PREFIX):
+                found.append((int(name), _nice_of(int(name))))
         except OSError:  # the thread ended meanwhile
             continue
     return found
