@@ -24,6 +24,7 @@ the machine's measured read bandwidth (benchmarks.bandwidth).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -287,17 +288,37 @@ def _cache_env(directory: str | None, **extra: str) -> dict[str, str]:
     return env
 
 
+def _median_process(processes: list[dict[str, Any]]) -> dict[str, Any]:
+    """One backend's figures from several processes: the first's, with the
+    decode step each batch size took in the median process."""
+    merged = {batch: dict(figures) for batch, figures in processes[0].items()}
+    if len(processes) == 1 or any("failed" in p for p in processes):
+        return processes[0]
+    for batch, figures in merged.items():
+        steps = [p[batch]["step_ms"] for p in processes]
+        figures["step_ms"] = statistics.median(steps)
+        figures["tokens_per_s"] = int(batch) / (figures["step_ms"] / 1e3)
+        figures["process_step_ms"] = steps
+        figures["fallbacks"] = max(p[batch]["fallbacks"] for p in processes)
+    return merged
+
+
 def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Every backend's full run over empty caches (or the user's), a warm
-    first-token run after each compiled one, and max with background compile."""
+    first-token run after each compiled one, and max with background compile;
+    with ``--repeat N``, N - 1 more rounds of eager, Inductor and max (default
+    settings) taking turns, each backend's speed their median process."""
     runs: dict[str, Any] = {}
-    for backend in BACKENDS:
-        with (
-            tempfile.TemporaryDirectory(prefix="decode-") as tmp,
-            product_timings_carried(Path(tmp) if args.caches == "cold" else None),
-        ):
-            env = _cache_env(tmp if args.caches == "cold" else None)
+    repeats: dict[str, list[dict[str, Any]]] = {b: [] for b in BACKENDS}
+    with contextlib.ExitStack() as stack:
+        envs = {}
+        for backend in BACKENDS:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="decode-"))
+            cold = args.caches == "cold"
+            stack.enter_context(product_timings_carried(Path(tmp) if cold else None))
+            envs[backend] = env = _cache_env(tmp if cold else None)
             runs[backend] = _spawn(name, backend, args, env)
+            repeats[backend].append(runs[backend])
             if backend != "eager":
                 runs[f"{backend}_warm"] = _spawn(name, backend, args, env, True)
             if backend == "max":
@@ -310,7 +331,14 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 runs["max_one_thread"] = _spawn(
                     name, backend, args, env, torch_threads=1
                 )
-        print(f"{name} {backend}: {runs[backend].get('failed', 'done')}", flush=True)
+            print(
+                f"{name} {backend}: {runs[backend].get('failed', 'done')}", flush=True
+            )
+        for _ in range(args.repeat - 1):
+            for backend in BACKENDS:
+                repeats[backend].append(_spawn(name, backend, args, envs[backend]))
+    for backend in BACKENDS:
+        runs[backend] = _median_process(repeats[backend])
     with (
         tempfile.TemporaryDirectory(prefix="decode-") as tmp,
         product_timings_carried(Path(tmp) if args.caches == "cold" else None),
@@ -338,12 +366,21 @@ def main(argv: list[str] | None = None) -> None:
         default="cold",
         help="cold: each backend's first process starts with empty compile caches",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="fresh processes per backend, taking turns; its speed is their "
+        "median (a machine whose speed drifts needs 3 or more)",
+    )
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--docs", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--torch-threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be 1 or more, not {args.repeat}")
     if args.child:
         name, backend = args.child.split(":")
         print(json.dumps(_measure(name, backend, args)), flush=True)

@@ -47,7 +47,15 @@ def markdown(
             "embedding) and a llama-style model (8 layers, 512 wide, 8 query and 4 "
             "key/value heads, 32k vocabulary, 58M parameters). *tok/s* is decode "
             "only (prefill left out), the median of "
-            f"{args.runs} runs. *max*: default settings, under which the backend "
+            f"{args.runs} runs"
+            + (
+                f"; eager, Inductor and max: the median of {args.repeat} fresh "
+                "processes, the three taking turns round by round, so that a "
+                "drift of the machine's speed slows them alike"
+                if getattr(args, "repeat", 1) > 1
+                else ""
+            )
+            + ". *max*: default settings, under which the backend "
             "quiets PyTorch's OpenMP threads itself (`quiet_torch_threads`: they "
             "sleep soon after each of generate()'s eager ops instead of "
             "spinning). *OMP passive*: max_backend in a process started "

@@ -26,8 +26,11 @@ HEADERS = [
 ]
 TARGET_HEADERS = ["target", "wanted", "measured", "met"]
 
-# (label, case, baseline backend, wanted speedup of max_backend): from the performance issue.
-SPEEDUP_TARGETS = [
+# (label, case, baseline backend, wanted speedup of max_backend) per CPU
+# vendor, from the performance issues. The AMD EPYC keeps the suite's first
+# targets, with issue 59's for training steps; the Intel Xeon is held to
+# issues 58 and 59 (ahead of eager and Inductor where MKL is the baseline).
+_AMD_TARGETS = [
     ("MLP over eager", "mlp", "eager", 1.5),
     ("GPT-2 small over eager", "gpt2", "eager", 1.3),
     ("BERT-base over eager", "bert", "eager", 1.3),
@@ -35,8 +38,46 @@ SPEEDUP_TARGETS = [
     ("MLP over Inductor", "mlp", "inductor", 1.1),
     ("GPT-2 small over Inductor", "gpt2", "inductor", 1.1),
     ("BERT-base over Inductor", "bert", "inductor", 1.1),
-    ("MLP training step over eager", "mlp-train", "eager", 1.2),
 ]
+_INTEL_TARGETS = [
+    *(
+        (f"{label} over {over_label}", case, over, wanted)
+        for label, case in (
+            ("MLP", "mlp"),
+            ("GPT-2 small", "gpt2"),
+            ("BERT-base", "bert"),
+            ("Gemma-style", "gemma"),
+        )
+        for over, over_label, wanted in (
+            ("eager", "eager", 1.15),
+            ("inductor", "Inductor", 1.0),
+        )
+    ),
+    ("ResNet-18 over eager", "resnet18", "eager", 1.0),
+    ("ResNet-18 over Inductor", "resnet18", "inductor", 1.0),
+]
+_STEPS = (
+    ("MLP", "mlp-train"),
+    ("GPT-2", "gpt2-train"),
+    ("ResNet-18", "resnet18-train"),
+)
+
+
+def _step_targets(over_eager: float) -> list[tuple[str, str, str, float]]:
+    return [
+        (f"{label} training step over {over_label}", case, over, wanted)
+        for label, case in _STEPS
+        for over, over_label, wanted in (
+            ("eager", "eager", over_eager),
+            ("inductor", "Inductor", 1.0),
+        )
+    ]
+
+
+SPEEDUP_TARGETS = {
+    "AMD": [*_AMD_TARGETS, *_step_targets(1.3)],
+    "Intel": [*_INTEL_TARGETS, *_step_targets(1.0)],
+}
 OVERHEAD_TARGET = 1.3
 COMMAND = "python -m benchmarks.run --docs"
 
@@ -99,8 +140,11 @@ def table(rows: list[dict[str, Any]]) -> list[list[str]]:
     return lines
 
 
-def targets(rows: list[dict[str, Any]], overhead: dict[str, float]) -> list[list[str]]:
-    """Each target of the performance issue, measured or "-" when not run."""
+def targets(
+    rows: list[dict[str, Any]], overhead: dict[str, float], vendor: str
+) -> list[list[str]]:
+    """Each performance target of ``vendor``'s CPUs (another vendor is held
+    to the AMD EPYC's, the stricter), measured or "-" when not run."""
     # The median of paired per-round ratios where measured (call_overhead.py).
     ratio = overhead.get("ratio", overhead["graph_us"] / overhead["execute_us"])
     lines = [
@@ -112,7 +156,9 @@ def targets(rows: list[dict[str, Any]], overhead: dict[str, float]) -> list[list
             "yes" if ratio <= OVERHEAD_TARGET else "no",
         ]
     ]
-    for label, case, baseline, wanted in SPEEDUP_TARGETS:
+    for label, case, baseline, wanted in SPEEDUP_TARGETS.get(
+        vendor, SPEEDUP_TARGETS["AMD"]
+    ):
         row = _find(rows, case, "max")
         speedup = None if row is None else _speedup(rows, row, baseline)
         met = "-" if speedup is None else ("yes" if speedup >= wanted else "no")
@@ -150,6 +196,16 @@ def chart(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _repeats(repeat: int) -> str:
+    if repeat <= 1:
+        return ""
+    return (
+        f"The steady-state columns are the median of {repeat} such processes "
+        "per row, the backends taking turns round by round, so that a drift "
+        "of the machine's speed slows them alike. "
+    )
+
+
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     rows = results["rows"]
@@ -168,7 +224,8 @@ def markdown(results: dict[str, Any]) -> str:
         "Each row is one fresh process: the first call (compile and one run; "
         f"caches: {rows[0]['caches'] if rows else '-'}), then steady-state "
         "latency after three warm-up calls; *warm compile* is a second fresh "
-        "process over the caches the first one filled. *items/s* counts "
+        "process over the caches the first one filled. "
+        f"{_repeats(results.get('repeat', 1))}*items/s* counts "
         "images, sequences or samples. *peak RSS* is the process's peak, "
         "compiling included. *max |err|* is against eager PyTorch's output "
         "(for the training step: parameters after three steps).",
@@ -183,7 +240,7 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "### Performance targets",
         "",
-        tabulate(targets(rows, results["overhead"]), TARGET_HEADERS, "github"),
+        tabulate(targets(rows, results["overhead"], vendor), TARGET_HEADERS, "github"),
         "",
         end,
     ]

@@ -61,13 +61,77 @@ def test_speedups_and_targets():
     assert lines["mlp/max"][8] == "2.50"  # 10 ms eager / 4 ms
     assert lines["mlp/eager"][2] == "-"  # eager compiles nothing
     assert lines["bert/max"][8] == "0.75"
-    targets = {line[0]: line for line in report.targets(ROWS, OVERHEAD)}
+    targets = {line[0]: line for line in report.targets(ROWS, OVERHEAD, "AMD")}
     assert targets["MLP over eager"][2:] == ["2.50", "yes"]
     assert targets["MLP over Inductor"][2:] == ["1.25", "yes"]
     assert targets["BERT-base over eager"][2:] == ["0.75", "no"]
     assert targets["GPT-2 small over eager"][2:] == ["-", "-"]  # not run
     overhead = targets["per-call time / MAX execute (tiny graph)"]
     assert overhead[2].startswith("1.25x") and overhead[3] == "yes"
+
+
+def test_each_vendor_is_held_to_its_own_targets():
+    """The Intel Xeon's targets are issue 58's and 59's (inference 1.15x
+    eager and at least Inductor, ResNet-18 and training steps at least
+    both); the AMD EPYC's keep the suite's and ask 1.3x of a training step."""
+    rows = [*ROWS, _row("mlp-train", "eager", 6.0), _row("mlp-train", "max", 5.0)]
+    intel = {line[0]: line for line in report.targets(rows, OVERHEAD, "Intel")}
+    assert intel["MLP over eager"][1:] == [">= 1.15x", "2.50", "yes"]
+    assert intel["MLP over Inductor"][1:] == [">= 1.0x", "1.25", "yes"]
+    assert intel["BERT-base over eager"][2:] == ["0.75", "no"]
+    assert intel["Gemma-style over eager"][2:] == ["-", "-"]  # not run
+    assert intel["ResNet-18 over Inductor"][1] == ">= 1.0x"
+    assert intel["MLP training step over eager"][1:] == [">= 1.0x", "1.20", "yes"]
+    assert intel["GPT-2 training step over Inductor"][1] == ">= 1.0x"
+    amd = {line[0]: line for line in report.targets(rows, OVERHEAD, "AMD")}
+    assert amd["MLP training step over eager"][1:] == [">= 1.3x", "1.20", "no"]
+    assert amd["MLP over eager"][1] == ">= 1.5x"
+    # Another vendor is held to the AMD EPYC's, the stricter.
+    assert report.targets(rows, OVERHEAD, "unknown") == report.targets(
+        rows, OVERHEAD, "AMD"
+    )
+
+
+def test_repeated_processes_take_turns_and_the_row_is_their_median(monkeypatch):
+    """With --repeat N every backend's steady state is measured in N fresh
+    processes, the backends taking turns round by round (a machine whose
+    speed drifts slows them alike), and its row is the median process; the
+    compiled backends' warm compile is measured once."""
+    from benchmarks import run
+
+    spawned: list[tuple[str, bool]] = []
+    medians = {"eager": iter([10.0, 30.0, 20.0]), "max": iter([8.0, 4.0, 5.0])}
+
+    def spawn(args: list[str], env: dict, timeout: float) -> dict:
+        if "--overhead" in args:
+            return dict(OVERHEAD)
+        backend = args[args.index("--child") + 2]
+        warm = "--warm" in args
+        spawned.append((backend, warm))
+        if warm:
+            return {"first_call_s": 0.5}
+        row = _row("mlp", backend, next(medians[backend]))
+        row["runs"] = 30
+        return row
+
+    monkeypatch.setattr(run, "_spawn", spawn)
+    monkeypatch.setattr(run.bandwidth, "measure", lambda: {"gbps": 20.0})
+    argv = ["--models", "mlp", "--backends", "eager,max", "--caches", "user"]
+    results = run_main([*argv, "--repeat", "3"])
+    steady = [s for s in spawned if not s[1]]
+    assert steady == [("eager", False), ("max", False)] * 3
+    assert spawned.count(("max", True)) == 1 and ("eager", True) not in spawned
+    assert results["repeat"] == 3
+    by_backend = {row["backend"]: row for row in results["rows"]}
+    assert by_backend["eager"]["median_ms"] == 20.0
+    assert by_backend["eager"]["process_medians_ms"] == [10.0, 30.0, 20.0]
+    assert by_backend["max"]["median_ms"] == 5.0
+    assert by_backend["max"]["throughput_per_s"] == pytest.approx(1e3 / 5.0)
+    assert by_backend["max"]["runs"] == 90
+    assert by_backend["max"]["warm_first_call_s"] == 0.5
+    assert by_backend["max"]["first_call_s"] == 12.0  # the first process's
+    with pytest.raises(SystemExit):
+        run_main([*argv, "--repeat", "0"])
 
 
 def _results(vendor: str) -> dict:

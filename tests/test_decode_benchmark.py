@@ -136,3 +136,35 @@ def test_the_decode_section_names_the_options_it_ran_with():
     assert "*user's caches*" in text and "*empty caches*" not in text
     assert "max, user's caches" in decode.first_token_headers("user")
     assert "max, empty caches" in decode.first_token_headers("cold")
+
+
+def test_repeated_processes_take_turns_and_the_speed_is_their_median(monkeypatch):
+    """--repeat N: after the first round (with its warm and max-variant
+    processes) eager, Inductor and max run N - 1 more times, taking turns;
+    each backend's speed per batch size is its median process."""
+    import argparse
+
+    spawned: list[tuple[str, bool, bool]] = []
+    steps = {"eager": iter([30.0, 10.0, 20.0]), "inductor": iter([9.0, 9.0, 9.0])}
+    steps["max"] = iter([5.0, 8.0, 4.0])
+
+    def spawn(name, backend, args, env, first_only=False, torch_threads=0):
+        variant = "OMP_WAIT_POLICY" in env or torch_threads
+        spawned.append((backend, first_only, variant))
+        if first_only:
+            return {"first_token_s": 1.0}
+        step = 7.0 if variant else next(steps[backend])
+        figures = {"step_ms": step, "tokens_per_s": 1e3 / step, "fallbacks": 0}
+        return {"1": {**figures, "tokens": [[1]], "first_token_s": 2.0}}
+
+    monkeypatch.setattr(decode, "_spawn", spawn)
+    args = argparse.Namespace(caches="user", repeat=3)
+    runs = decode._model_runs("gpt2", args)
+    steady = [b for b, first, variant in spawned if not first and not variant]
+    assert steady == ["eager", "inductor", "max"] * 3
+    assert runs["eager"]["1"]["step_ms"] == 20.0
+    assert runs["eager"]["1"]["process_step_ms"] == [30.0, 10.0, 20.0]
+    assert runs["max"]["1"]["tokens_per_s"] == pytest.approx(1e3 / 5.0)
+    assert runs["max_passive"]["1"]["step_ms"] == 7.0  # measured once
+    with pytest.raises(SystemExit):
+        decode.main(["--repeat", "0"])
