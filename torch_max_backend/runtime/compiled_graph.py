@@ -31,9 +31,18 @@ _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
 # On the CPU there is no stream to hand over, so an output's DLPack capsule
 # goes to torch as it is: torch.from_dlpack's negotiation (device query,
-# versioned call, retried when MAX refuses the keyword) costs ~3 us a tensor.
-_from_capsule = torch.utils.dlpack.from_dlpack
+# versioned call, retried when MAX refuses the keyword) costs ~3 us a tensor,
+# and torch.utils.dlpack.from_dlpack, given a capsule, only checks its
+# keywords in Python before calling this.
+_from_capsule = torch._C._from_dlpack
 _bump_versions = torch.autograd.graph.increment_version
+_to_capsule = torch._C._to_dlpack
+# DLPack's (device type, index) of host memory: kDLCPU is 1.
+_DLPACK_CPU = (1, 0)
+# Classes whose __dlpack__ is torch's own (a subclass may override it or
+# route it through __torch_function__, so it keeps torch's path).
+_PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
+_STRIDED_LAYOUT = torch.strided
 
 # Output assembly codes, compared as small ints in the hot loop.
 _GRAPH, _INPUT, _DIM, _CONST, _EXPR, _STRIDED = range(6)
@@ -60,12 +69,43 @@ class _Seed:
 SEED = _Seed()
 
 
+class _CpuExport:
+    """What MAX's ``Buffer._from_dlpack`` reads from a dense CPU tensor: the
+    capsule torch's ``Tensor.__dlpack__`` would make (MAX asks for the
+    unversioned one) without that method's checks, written in Python, which
+    cost about 5 us a tensor, most of a small graph's call. ``as_buffer``
+    hands here only what passes those checks: no gradient, no conjugate bit,
+    strided, a plain tensor or parameter on the CPU."""
+
+    __slots__ = ("_capsule",)
+
+    @no_type_check
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self._capsule = _to_capsule(tensor)
+
+    @no_type_check
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._capsule
+
+    @no_type_check
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return _DLPACK_CPU
+
+
+@no_type_check
 def as_buffer(tensor: torch.Tensor) -> Buffer:
     """A MAX buffer sharing ``tensor``'s memory (a contiguous copy if it is strided)."""
     if tensor.requires_grad:
         tensor = tensor.detach()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
+    if (
+        tensor.__class__ in _PLAIN_TENSORS
+        and tensor.is_cpu
+        and tensor.layout is _STRIDED_LAYOUT
+        and not tensor.is_conj()
+    ):
+        return _from_dlpack(_CpuExport(tensor))
     return _from_dlpack(tensor)
 
 
@@ -162,7 +202,7 @@ class CompiledGraph:
         for slot, item in enumerate(self._plan):
             if item.__class__ is not int:
                 if item is SEED:
-                    item = _from_dlpack(
+                    item = as_buffer(
                         torch.randint(
                             0, 2**62, (1,), dtype=torch.int64, device=self._device
                         )
@@ -270,6 +310,7 @@ class CompiledGraph:
             return flags.numpy().tobytes() != bytes(flags.numel())
         return bool(flags.any())
 
+    @no_type_check
     def _stage_mutated(self, args: list) -> list[tuple[int, torch.Tensor]]:
         """A contiguous stand-in for each mutated input that is not contiguous.
 

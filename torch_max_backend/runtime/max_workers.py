@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, no_type_check
 
 from .. import logs
 
@@ -99,6 +99,7 @@ def enable() -> bool:
         return _enabled
 
 
+@no_type_check  # called at every CPU execute: no runtime type check
 def enabled() -> bool:
     return _enabled
 
@@ -134,6 +135,7 @@ def _set_all(resting: bool) -> None:
     _resting = resting
 
 
+@no_type_check  # called at every CPU execute: no runtime type check
 def run(execute: Callable[[Any], Any], inputs: Any) -> Any:
     """``execute(inputs)`` with MAX's workers awake, resting after it if it
     took a millisecond or more and no other execute is in flight."""
