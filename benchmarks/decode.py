@@ -291,9 +291,9 @@ def _cache_env(directory: str | None, **extra: str) -> dict[str, str]:
 def _median_process(processes: list[dict[str, Any]]) -> dict[str, Any]:
     """One backend's figures from several processes: the first's, with the
     decode step each batch size took in the median process."""
-    merged = {batch: dict(figures) for batch, figures in processes[0].items()}
     if len(processes) == 1 or any("failed" in p for p in processes):
         return processes[0]
+    merged = {batch: dict(figures) for batch, figures in processes[0].items()}
     for batch, figures in merged.items():
         steps = [p[batch]["step_ms"] for p in processes]
         figures["step_ms"] = statistics.median(steps)

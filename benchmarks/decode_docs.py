@@ -52,7 +52,7 @@ def markdown(
                 f"; eager, Inductor and max: the median of {args.repeat} fresh "
                 "processes, the three taking turns round by round, so that a "
                 "drift of the machine's speed slows them alike"
-                if getattr(args, "repeat", 1) > 1
+                if args.repeat > 1
                 else ""
             )
             + ". *max*: default settings, under which the backend "

@@ -39,22 +39,24 @@ _AMD_TARGETS = [
     ("GPT-2 small over Inductor", "gpt2", "inductor", 1.1),
     ("BERT-base over Inductor", "bert", "inductor", 1.1),
 ]
+
+
+def _over_both(
+    label: str, case: str, over_eager: float
+) -> list[tuple[str, str, str, float]]:
+    """A row's two targets: ``over_eager`` against eager, at least Inductor."""
+    return [
+        (f"{label} over eager", case, "eager", over_eager),
+        (f"{label} over Inductor", case, "inductor", 1.0),
+    ]
+
+
 _INTEL_TARGETS = [
-    *(
-        (f"{label} over {over_label}", case, over, wanted)
-        for label, case in (
-            ("MLP", "mlp"),
-            ("GPT-2 small", "gpt2"),
-            ("BERT-base", "bert"),
-            ("Gemma-style", "gemma"),
-        )
-        for over, over_label, wanted in (
-            ("eager", "eager", 1.15),
-            ("inductor", "Inductor", 1.0),
-        )
-    ),
-    ("ResNet-18 over eager", "resnet18", "eager", 1.0),
-    ("ResNet-18 over Inductor", "resnet18", "inductor", 1.0),
+    *_over_both("MLP", "mlp", 1.15),
+    *_over_both("GPT-2 small", "gpt2", 1.15),
+    *_over_both("BERT-base", "bert", 1.15),
+    *_over_both("Gemma-style", "gemma", 1.15),
+    *_over_both("ResNet-18", "resnet18", 1.0),
 ]
 _STEPS = (
     ("MLP", "mlp-train"),
@@ -65,12 +67,9 @@ _STEPS = (
 
 def _step_targets(over_eager: float) -> list[tuple[str, str, str, float]]:
     return [
-        (f"{label} training step over {over_label}", case, over, wanted)
+        target
         for label, case in _STEPS
-        for over, over_label, wanted in (
-            ("eager", "eager", over_eager),
-            ("inductor", "Inductor", 1.0),
-        )
+        for target in _over_both(f"{label} training step", case, over_eager)
     ]
 
 

@@ -122,18 +122,16 @@ def measure(case: str, backends: list[str], args: argparse.Namespace) -> list[di
                     failed[backend] = str(e)
         rows = []
         for backend in backends:
-            if backend in failed:
-                error = {"case": case, "backend": backend, "error": failed[backend]}
-                rows.append({**error, "caches": args.caches})
-                continue
-            row = _steady_state(processes[backend])
-            if backend != "eager":
-                argv = ["--child", case, backend, *child, "--warm"]
-                try:
+            try:
+                if backend in failed:
+                    raise CaseFailed(failed[backend])
+                row = _steady_state(processes[backend])
+                if backend != "eager":
+                    argv = ["--child", case, backend, *child, "--warm"]
                     warm = _spawn(argv, _cache_env(caches[backend]), args.timeout)
                     row["warm_first_call_s"] = warm["first_call_s"]
-                except CaseFailed as e:
-                    row = {"case": case, "backend": backend, "error": str(e)}
+            except CaseFailed as e:
+                row = {"case": case, "backend": backend, "error": str(e)}
             row["caches"] = args.caches
             rows.append(row)
     return rows

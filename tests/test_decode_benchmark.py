@@ -125,6 +125,7 @@ def test_the_decode_section_names_the_options_it_ran_with():
         prompt=32,
         new_tokens=32,
         runs=5,
+        repeat=1,
         batches=[1, 8],
         caches="user",
         command="python -m benchmarks.decode --caches user --docs",
