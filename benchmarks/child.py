@@ -54,3 +54,14 @@ def child_json_or_exit(
         return child_json(args, env=env, timeout=timeout)
     except ChildFailed as e:
         raise SystemExit(f"{what} failed:\n{e.stderr[-3000:]}") from e
+
+
+def turn_order(items: list[str], round_index: int) -> list[str]:
+    """The order of round ``round_index`` when each backend's process runs
+    once a round: each round starts one further along, so that no backend
+    always runs first or last (a machine that slows the later processes of
+    a round, or the earlier, would otherwise favour one)."""
+    if not items:
+        return []
+    start = round_index % len(items)
+    return items[start:] + items[:start]

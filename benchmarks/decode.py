@@ -37,7 +37,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks import bandwidth
-from benchmarks.child import ChildFailed, child_json
+from benchmarks.child import ChildFailed, child_json, turn_order
 from benchmarks.decode_docs import docs_markers, machine_line, markdown
 from benchmarks.docs_sections import command_line, replace_section, vendor_label
 from benchmarks.machine import machine, product_timings_carried
@@ -334,8 +334,8 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
             print(
                 f"{name} {backend}: {runs[backend].get('failed', 'done')}", flush=True
             )
-        for _ in range(args.repeat - 1):
-            for backend in BACKENDS:
+        for round_index in range(1, args.repeat):
+            for backend in turn_order(list(BACKENDS), round_index):
                 repeats[backend].append(_spawn(name, backend, args, envs[backend]))
     for backend in BACKENDS:
         runs[backend] = _median_process(repeats[backend])

@@ -50,8 +50,9 @@ def markdown(
             f"{args.runs} runs"
             + (
                 f"; eager, Inductor and max: the median of {args.repeat} fresh "
-                "processes, the three taking turns round by round, so that a "
-                "drift of the machine's speed slows them alike"
+                "processes, the three taking turns round by round, each round "
+                "starting with the next, so that a drift of the machine's "
+                "speed slows them alike"
                 if args.repeat > 1
                 else ""
             )

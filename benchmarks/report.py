@@ -200,8 +200,9 @@ def _repeats(repeat: int) -> str:
         return ""
     return (
         f"The steady-state columns are the median of {repeat} such processes "
-        "per row, the backends taking turns round by round, so that a drift "
-        "of the machine's speed slows them alike. "
+        "per row, the backends taking turns round by round, each round "
+        "starting with the next, so that a drift of the machine's speed slows "
+        "them alike. "
     )
 
 

@@ -13,7 +13,7 @@ output; a second fresh process over the caches the first one filled measures
 the warm compile. Then a micro-benchmark times the per-call overhead of a tiny
 compiled graph against MAX's own execute. With ``--repeat N`` the steady
 state is measured in N fresh processes per row, the backends taking turns
-round by round, and the row is the median process: a VM whose speed drifts
+round by round (each round starting with the next), and the row is the median process: a VM whose speed drifts
 by half from one process to the next (docs/benchmarks.md) otherwise decides
 a ratio by which backend drew the slow minute. Results: a table on the terminal,
 JSON (``--json``), and with ``--docs`` this CPU vendor's section of
@@ -37,7 +37,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks import bandwidth, cases, report
-from benchmarks.child import ChildFailed, child_json
+from benchmarks.child import ChildFailed, child_json, turn_order
 from benchmarks.docs_sections import command_line, vendor_label
 from benchmarks.machine import cpu_line, machine, product_timings_carried
 
@@ -109,8 +109,8 @@ def measure(case: str, backends: list[str], args: argparse.Namespace) -> list[di
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-"))
             caches[backend] = Path(tmp) if cold else None
             stack.enter_context(product_timings_carried(caches[backend]))
-        for _ in range(args.repeat):
-            for backend in backends:
+        for round_index in range(args.repeat):
+            for backend in turn_order(backends, round_index):
                 if backend in failed:
                     continue
                 argv = ["--child", case, backend, *child]

@@ -141,8 +141,9 @@ def test_the_decode_section_names_the_options_it_ran_with():
 
 def test_repeated_processes_take_turns_and_the_speed_is_their_median(monkeypatch):
     """--repeat N: after the first round (with its warm and max-variant
-    processes) eager, Inductor and max run N - 1 more times, taking turns;
-    each backend's speed per batch size is its median process."""
+    processes) eager, Inductor and max run N - 1 more times, taking turns,
+    each round starting with the next backend; each backend's speed per
+    batch size is its median process."""
     import argparse
 
     spawned: list[tuple[str, bool, bool]] = []
@@ -162,7 +163,11 @@ def test_repeated_processes_take_turns_and_the_speed_is_their_median(monkeypatch
     args = argparse.Namespace(caches="user", repeat=3)
     runs = decode._model_runs("gpt2", args)
     steady = [b for b, first, variant in spawned if not first and not variant]
-    assert steady == ["eager", "inductor", "max"] * 3
+    assert steady == [
+        *("eager", "inductor", "max"),
+        *("inductor", "max", "eager"),
+        *("max", "eager", "inductor"),
+    ]
     assert runs["eager"]["1"]["step_ms"] == 20.0
     assert runs["eager"]["1"]["process_step_ms"] == [30.0, 10.0, 20.0]
     assert runs["max"]["1"]["tokens_per_s"] == pytest.approx(1e3 / 5.0)
