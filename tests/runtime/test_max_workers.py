@@ -55,6 +55,31 @@ def test_workers_rest_after_a_long_execute_and_wake_for_the_next(
     torch.testing.assert_close(compiled(y, x), y + x * 2)
 
 
+def test_workers_stay_awake_while_another_execute_is_in_flight(monkeypatch, max_calls):
+    """A long execute ending while another caller's execute runs (here one
+    started inside it) leaves the workers awake for that one; they rest
+    once the last execute in flight ends."""
+    if not max_workers.may_raise_priority():
+        pytest.skip("this process may not raise a thread's priority back")
+    monkeypatch.setattr(max_workers, "REST_AFTER_S", 0.0)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    torch.testing.assert_close(
+        torch.compile(simple_math, backend=max_backend)(x, y), x + y * 2
+    )
+    workers = max_workers.workers()
+    assert workers
+    after_inner: list[list[int]] = []
+
+    def outer(inputs):
+        max_workers.run(lambda inner: inner, inputs)
+        after_inner.append([_nice(tid) for tid, _ in workers])
+        return inputs
+
+    max_workers.run(outer, [1])
+    assert after_inner == [[own for _, own in workers]]
+    assert all(_nice(tid) == max_workers.RESTING_NICE for tid, _ in workers)
+
+
 def test_a_short_execute_leaves_the_workers_awake():
     if not max_workers.may_raise_priority():
         pytest.skip("this process may not raise a thread's priority back")
