@@ -22,6 +22,7 @@ ROOMS: dict[str, str] = {
     "internal_error": "base",
     "logs": "base",
     "dtypes": "base",
+    "native_threads": "base",
     "plan": "plan",
     "storage": "storage",
     "kernels": "kernel_build",

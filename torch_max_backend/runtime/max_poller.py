@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from .. import logs
+from ..native_threads import is_max_worker, read_task_file, thread_ids
 
 _log = logs.get_logger("runtime")
 _lock = threading.Lock()
@@ -39,8 +40,6 @@ _started = False
 _found = threading.Event()
 _idled: list[int] = []
 
-# MAX names its CPU worker threads "🔥 Thread0", "🔥 Thread1", ...
-_WORKER_PREFIX = "\U0001f525"
 # What separates the poller from a thread that merely woke a few times.
 _SAMPLE_S = 0.02
 _MIN_WAKES_PER_S = 1000
@@ -66,16 +65,8 @@ def _supported() -> bool:
     return hasattr(os, "SCHED_IDLE") and os.path.isdir("/proc/self/task")
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def _wakes(tid: int) -> int | None:
-    status = _read(f"/proc/self/task/{tid}/status")
+    status = read_task_file(tid, "status")
     if status is None:
         return None
     for line in status.splitlines():
@@ -86,7 +77,7 @@ def _wakes(tid: int) -> int | None:
 
 def _in_timed_wait(tid: int) -> bool:
     """Whether ``tid`` sleeps in a timed private futex wait right now."""
-    fields = (_read(f"/proc/self/task/{tid}/syscall") or "").split()
+    fields = (read_task_file(tid, "syscall") or "").split()
     if len(fields) < 5 or fields[0] not in _FUTEX_SYSCALLS:
         return False
     return int(fields[2], 16) == _TIMED_WAIT_OP and int(fields[4], 16) != 0
@@ -98,14 +89,9 @@ def _candidates() -> list[int]:
     python = {t.native_id for t in threading.enumerate()}
     python.add(os.getpid())
     found = []
-    for name in os.listdir("/proc/self/task"):
-        tid = int(name)
-        if tid in python:
-            continue
-        comm = (_read(f"/proc/self/task/{tid}/comm") or "").strip()
-        if comm.startswith(_WORKER_PREFIX):
-            continue
-        found.append(tid)
+    for tid in thread_ids():
+        if tid not in python and not is_max_worker(tid):
+            found.append(tid)
     return found
 
 

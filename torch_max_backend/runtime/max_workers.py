@@ -30,11 +30,10 @@ from collections.abc import Callable
 from typing import Any, no_type_check
 
 from .. import logs
+from ..native_threads import is_max_worker, thread_ids
 
 _log = logs.get_logger("runtime")
 
-# MAX names its CPU worker threads "🔥 Thread0", "🔥 Thread1", ...
-_WORKER_PREFIX = "\U0001f525"
 # The nice value of a resting worker: the lowest weight Linux gives, so that
 # any other runnable thread of normal priority takes its core.
 RESTING_NICE = 19
@@ -110,14 +109,12 @@ def enabled() -> bool:
 
 def _find_workers() -> list[tuple[int, int]]:
     found = []
-    for name in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{name}/comm") as f:
-                comm = f.read()
-            if comm.startswith(_WORKER_PREFIX):
-                found.append((int(name), _nice_of(int(name))))
-        except OSError:  # the thread ended meanwhile
-            continue
+    for tid in thread_ids():
+        if is_max_worker(tid):
+            try:
+                found.append((tid, _nice_of(tid)))
+            except OSError:  # the thread ended meanwhile
+                continue
     return found
 
 
