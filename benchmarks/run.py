@@ -13,9 +13,10 @@ output; a second fresh process over the caches the first one filled measures
 the warm compile. Then a micro-benchmark times the per-call overhead of a tiny
 compiled graph against MAX's own execute. With ``--repeat N`` the steady
 state is measured in N fresh processes per row, the backends taking turns
-round by round (each round starting with the next), and the row is the median process: a VM whose speed drifts
-by half from one process to the next (docs/benchmarks.md) otherwise decides
-a ratio by which backend drew the slow minute. Results: a table on the terminal,
+round by round (each round starting with the next), and the row is the
+median process: a VM whose speed drifts by half from one process to the
+next (docs/benchmarks.md) otherwise decides a ratio by which backend drew
+the slow minute. Results: a table on the terminal,
 JSON (``--json``), and with ``--docs`` this CPU vendor's section of
 docs/benchmarks.md and its chart, docs/speedup-<vendor>.png.
 """
