@@ -44,12 +44,25 @@ def _compile(fn: Callable[..., Any], backend: str) -> Callable[..., Any]:
     return torch.compile(fn, backend=max_backend)
 
 
+# Warm-up before the timed calls: three calls, and at least this long. A
+# compiled backend's process runs its first calls slower: in fresh
+# processes of the MLP (2 ms a call), blocks of 30 calls right after the
+# first took 1.74-2.11 ms on max (6.99 once), then 1.56-1.75; on Inductor
+# 1.89-2.43, then 1.72-1.90; eager's first block was as its others
+# (Intel Xeon, 2026-12-02).
+WARMUP_S = 0.5
+
+
 def _latencies(
     call: Callable[[], object], runs: int, max_seconds: float
 ) -> list[float]:
-    """Seconds per call after three warm-up calls: ``runs`` calls, fewer if
-    they would take longer than ``max_seconds`` (at least five)."""
+    """Seconds per call once warmed up (three calls and ``WARMUP_S``):
+    ``runs`` calls, fewer if they would take longer than ``max_seconds``
+    (at least five)."""
+    warm_until = time.perf_counter() + WARMUP_S
     for _ in range(3):
+        call()
+    while time.perf_counter() < warm_until:
         call()
     times: list[float] = []
     budget_end = time.perf_counter() + max_seconds

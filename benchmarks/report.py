@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from benchmarks.cases import CASES
+from benchmarks.cases import CASES, WARMUP_S
 from benchmarks.docs_sections import markers, replace_section, vendor_label
 from benchmarks.machine import cpu_line
 
@@ -223,7 +223,9 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "Each row is one fresh process: the first call (compile and one run; "
         f"caches: {rows[0]['caches'] if rows else '-'}), then steady-state "
-        "latency after three warm-up calls; *warm compile* is a second fresh "
+        "latency after warming up (three calls, and calls for "
+        f"{WARMUP_S} s at least: a compiled backend's first calls run "
+        "slower); *warm compile* is a second fresh "
         "process over the caches the first one filled. "
         f"{_repeats(results.get('repeat', 1))}*items/s* counts "
         "images, sequences or samples. *peak RSS* is the process's peak, "

@@ -6,6 +6,8 @@ figures come from running the suite itself, not from tests.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from benchmarks import cases, report
@@ -47,6 +49,29 @@ def test_eager_inference_case_is_measured():
     assert row["max_abs_error"] == 0.0
     assert row["throughput_per_s"] == pytest.approx(64 / (row["median_ms"] / 1e3))
     assert row["peak_rss_mib"] > 0
+
+
+def test_timed_calls_start_once_the_process_has_settled(monkeypatch):
+    # A compiled backend's first calls run slower than its later ones: three
+    # warm-up calls are not enough for a 2 ms model, so warm-up also lasts
+    # WARMUP_S.
+    monkeypatch.setattr(cases, "WARMUP_S", 0.05)
+    stamps: list[float] = []
+
+    def call() -> None:
+        stamps.append(time.perf_counter())
+        time.sleep(0.001)
+
+    times = cases._latencies(call, runs=4, max_seconds=60.0)
+    assert len(times) == 4
+    warm_up = stamps[: len(stamps) - 4]
+    assert len(warm_up) >= 3
+    assert stamps[len(warm_up)] - stamps[0] >= 0.05
+    # A slow call still gets its three warm-up calls and no more.
+    monkeypatch.setattr(cases, "WARMUP_S", 0.0)
+    stamps.clear()
+    cases._latencies(call, runs=2, max_seconds=60.0)
+    assert len(stamps) == 3 + 2
 
 
 def test_eager_training_case_matches_its_reference():
