@@ -11,7 +11,8 @@ import torch
 
 import torch_max_backend
 from torch_max_backend import compile_stats, max_backend, reset_compile_stats
-from torch_max_backend.runtime.compile_workers import finish_unfinished
+from torch_max_backend.runtime import module_batch, session
+from torch_max_backend.runtime.compile_workers import copy_outcome, finish_unfinished
 
 # What building and compiling count: no graph may start warm (test_warm_start.py).
 pytestmark = pytest.mark.usefixtures("without_warm_starts")
@@ -90,9 +91,19 @@ def _earlier_compiles_finished() -> None:
     assert compile_stats().pending == 0, "an earlier compile never settled"
 
 
-def test_a_training_graph_called_forward_only_leaves_nothing_pending():
+def _one_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's gathered graphs compile as one MAX module, whatever they hold.
+    With two or more compile workers, graphs without MAX's matmul (these
+    tests') compile each alone, side by side (``compile_groups``): then the
+    backward is rightly pending while its own compile runs, which the
+    forward's first call does not wait for (the test below)."""
+    monkeypatch.setattr(module_batch, "compile_groups", lambda requests, _: [requests])
+
+
+def test_a_training_graph_called_forward_only_leaves_nothing_pending(monkeypatch):
     # The step's backward compiles in one MAX module with its forward: once
     # the forward has run, nothing is pending, backward() called or not.
+    _one_module(monkeypatch)
     _earlier_compiles_finished()
 
     def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -115,6 +126,7 @@ def test_nothing_is_pending_once_a_first_call_has_its_graph(monkeypatch):
     # in one module with it) still pending. Here they come 2 s late.
     # (A graph loaded from our saved artifacts compiles nothing: this test
     # tells only on a cache that lacks its graph.)
+    _one_module(monkeypatch)
     _earlier_compiles_finished()
 
     class LateCallbacks(Future):
@@ -157,3 +169,50 @@ def test_nothing_is_pending_once_a_first_call_has_its_graph(monkeypatch):
     torch.testing.assert_close(x.grad, -(x * y).sin().detach() * y)
     time.sleep(2.5)  # the late callbacks change nothing more
     assert compile_stats().pending == 0
+
+
+def test_a_backward_compiled_alone_is_pending_until_its_compile_ends(monkeypatch):
+    # A step's forward and backward compiled each by itself (compile_groups
+    # does so for graphs without MAX's matmul when two workers are free):
+    # the forward's first call waits for the forward alone, and the
+    # backward counts as pending until its own compile is over. Its compile
+    # is held here until the forward has run (on an empty cache it can
+    # simply take longer than the forward's). No saved artifact may answer
+    # for either graph: both go to MAX's compiler.
+    _earlier_compiles_finished()
+    monkeypatch.setattr(session, "read_artifact", lambda *args: None)
+    monkeypatch.setattr(
+        module_batch, "compile_groups", lambda requests, _: [[r] for r in requests]
+    )
+    release = threading.Event()
+    started: list[Future] = []
+    start = module_batch.start_compile
+
+    def held_after_the_first(session, graph, device) -> Future:
+        compiling = start(session, graph, device)
+        started.append(compiling)
+        if len(started) == 1:  # the forward, handed over first
+            return compiling
+        held: Future = Future()
+        compiling.add_done_callback(
+            lambda done: threading.Thread(
+                target=lambda: (release.wait(120), copy_outcome(done, held))
+            ).start()
+        )
+        return held
+
+    monkeypatch.setattr(module_batch, "start_compile", held_after_the_first)
+
+    def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x * y).sin()
+
+    # A shape of its own: no model this process already holds answers.
+    x = torch.randn(5, 7, requires_grad=True)
+    y = torch.randn(5, 7)
+    out = torch.compile(product, backend=max_backend)(x, y)
+    assert len(started) == 2, "forward and backward were not compiled each alone"
+    assert compile_stats().pending == 1
+    release.set()
+    out.sum().backward()  # its first call waits for its compile
+    assert compile_stats().pending == 0
+    torch.testing.assert_close(x.grad, (x * y).cos().detach() * y)
