@@ -339,6 +339,10 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 repeats[backend].append(_spawn(name, backend, args, envs[backend]))
     for backend in BACKENDS:
         runs[backend] = _median_process(repeats[backend])
+        for batch, figures in runs[backend].items():
+            if isinstance(figures, dict) and "process_step_ms" in figures:
+                steps = ", ".join(f"{ms:.1f}" for ms in figures["process_step_ms"])
+                print(f"{name} {backend} batch {batch}: step ms by process {steps}")
     with (
         tempfile.TemporaryDirectory(prefix="decode-") as tmp,
         product_timings_carried(Path(tmp) if args.caches == "cold" else None),
