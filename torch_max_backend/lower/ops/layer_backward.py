@@ -137,7 +137,8 @@ def _conv_weight_grad(
 # built by col2im: past it MAX's conv2d was faster (ResNet-18's 64-channel
 # 28x28 layers, AMD EPYC Zen 4: 4.7 against 3.5 ms for both gradients), below
 # it slower (its 14x14, 7x7 and 4x4 layers: 1.3-1.5x), as in the forward
-# (convolution.py's matmul_pays).
+# (convolution.py's matmul_pays). Timed with col2im adding value by value,
+# before its vector runs (3-7x faster, docs/benchmarks.md "Training steps").
 INPUT_GRAD_MAX_PIXELS = 16 * 16
 
 
