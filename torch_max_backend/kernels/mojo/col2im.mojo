@@ -11,52 +11,9 @@ import extensibility
 from extensibility import InputTensor, OutputTensor
 from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
-from std.math import ceildiv
-from std.sys import simd_width_of
 
+from .window_runs import add_run, end_inside, first_inside
 
-# Window rows are short (4 to 56 values in ResNet-18's layers): runs are
-# added in vectors of the machine's width, then of 8 and of 4, then value by
-# value.
-
-
-@always_inline
-def _add_into[
-    dtype: DType, //
-](
-    dst: UnsafePointer[Scalar[dtype], MutAnyOrigin],
-    src: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
-    start: Int,
-    end: Int,
-):
-    """dst[start:end] += src[start:end]."""
-    comptime lanes = simd_width_of[dtype]()
-    var at = start
-    while at + lanes <= end:
-        dst.unsafe_offset(at).unsafe_store(
-            dst.unsafe_offset(at).unsafe_load[width=lanes]()
-            + src.unsafe_offset(at).unsafe_load[width=lanes]()
-        )
-        at += lanes
-    comptime if lanes > 8:
-        if at + 8 <= end:
-            dst.unsafe_offset(at).unsafe_store(
-                dst.unsafe_offset(at).unsafe_load[width=8]()
-                + src.unsafe_offset(at).unsafe_load[width=8]()
-            )
-            at += 8
-    comptime if lanes > 4:
-        if at + 4 <= end:
-            dst.unsafe_offset(at).unsafe_store(
-                dst.unsafe_offset(at).unsafe_load[width=4]()
-                + src.unsafe_offset(at).unsafe_load[width=4]()
-            )
-            at += 4
-    while at < end:
-        dst.unsafe_offset(at).unsafe_store(
-            dst.unsafe_offset(at).unsafe_load() + src.unsafe_offset(at).unsafe_load()
-        )
-        at += 1
 
 @extensibility.register("torch_max_backend_col2im")
 struct Col2im:
@@ -119,10 +76,8 @@ struct Col2im:
                         start = (n * rows + row) * out_h * out_w
                     # Window column u reads pixel column u * sw + shift.
                     var shift = j * dw - pw
-                    var first = 0 if shift >= 0 else ceildiv(-shift, sw)
-                    var last = 0
-                    if width - 1 - shift >= 0:
-                        last = min(out_w, (width - 1 - shift) // sw + 1)
+                    var first = first_inside(shift, sw)
+                    var last = end_inside(shift, sw, width, out_w)
                     for t in range(out_h):
                         var h = t * sh - ph + i * dh
                         if h < 0 or h >= height:
@@ -130,7 +85,7 @@ struct Col2im:
                         var src = cp.unsafe_offset(start + t * out_w)
                         var to = dst.unsafe_offset(h * width + shift)
                         comptime if sw == 1:
-                            _add_into(to, src, first, last)
+                            add_run(to, src, first, last)
                         else:
                             for u in range(first, last):
                                 var at = to.unsafe_offset(u * sw)

@@ -12,65 +12,10 @@ import extensibility
 from extensibility import InputTensor, OutputTensor
 from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
-from std.math import ceildiv
 from std.sys import simd_width_of
 
+from .window_runs import copy_run, end_inside, first_inside, zero_run
 
-# Window rows are short (4 to 56 values in ResNet-18's layers): runs move in
-# vectors of the machine's width, then of 8 and of 4, then value by value.
-
-
-@always_inline
-def _zero[
-    dtype: DType, //
-](dst: UnsafePointer[Scalar[dtype], MutAnyOrigin], start: Int, end: Int):
-    """Zeros dst[start:end]."""
-    comptime lanes = simd_width_of[dtype]()
-    var at = start
-    while at + lanes <= end:
-        dst.unsafe_offset(at).unsafe_store(SIMD[dtype, lanes](0))
-        at += lanes
-    comptime if lanes > 8:
-        if at + 8 <= end:
-            dst.unsafe_offset(at).unsafe_store(SIMD[dtype, 8](0))
-            at += 8
-    comptime if lanes > 4:
-        if at + 4 <= end:
-            dst.unsafe_offset(at).unsafe_store(SIMD[dtype, 4](0))
-            at += 4
-    while at < end:
-        dst.unsafe_offset(at).unsafe_store(Scalar[dtype](0))
-        at += 1
-
-
-@always_inline
-def _copy[
-    dtype: DType, //
-](
-    dst: UnsafePointer[Scalar[dtype], MutAnyOrigin],
-    src: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
-    start: Int,
-    end: Int,
-):
-    """dst[start:end] = src[start:end]."""
-    comptime lanes = simd_width_of[dtype]()
-    var at = start
-    while at + lanes <= end:
-        dst.unsafe_offset(at).unsafe_store(
-            src.unsafe_offset(at).unsafe_load[width=lanes]()
-        )
-        at += lanes
-    comptime if lanes > 8:
-        if at + 8 <= end:
-            dst.unsafe_offset(at).unsafe_store(src.unsafe_offset(at).unsafe_load[width=8]())
-            at += 8
-    comptime if lanes > 4:
-        if at + 4 <= end:
-            dst.unsafe_offset(at).unsafe_store(src.unsafe_offset(at).unsafe_load[width=4]())
-            at += 4
-    while at < end:
-        dst.unsafe_offset(at).unsafe_store(src.unsafe_offset(at).unsafe_load())
-        at += 1
 
 
 @always_inline
@@ -97,9 +42,9 @@ def _shifted_plane[
     # The run starts and ends inside the image: no read before or after it.
     var lo = top * out_w + first
     var hi = max(lo, bottom * out_w - (out_w - last))
-    _zero(dst, 0, lo)
-    _copy(dst, src, lo, hi)
-    _zero(dst, hi, out_h * out_w)
+    zero_run(dst, 0, lo)
+    copy_run(dst, src, lo, hi)
+    zero_run(dst, hi, out_h * out_w)
     # The run also crossed each row's padded columns: zero them again.
     for oh in range(top, bottom):
         for ow in range(first):
@@ -187,11 +132,8 @@ struct Im2col:
                     # The output columns whose input column lies inside the
                     # image: ow * sw + shift in [0, width).
                     var shift = j * dw - pw
-                    var first = 0 if shift >= 0 else ceildiv(-shift, sw)
-                    var last = 0
-                    if width - 1 - shift >= 0:
-                        last = min(out_w, (width - 1 - shift) // sw + 1)
-                    first = min(first, last)
+                    var last = end_inside(shift, sw, width, out_w)
+                    var first = min(first_inside(shift, sw), last)
                     comptime if contiguous and sh == 1:
                         if out_w == width and out_h * out_w >= 2 * lanes:
                             _shifted_plane(
@@ -215,9 +157,9 @@ struct Im2col:
                             hi = out_w
                         var src = xp.unsafe_offset(image + h * h_step + shift * w_step)
                         if contiguous and out_w >= lanes:
-                            _zero(dst, 0, lo)
-                            _copy(dst, src, lo, hi)
-                            _zero(dst, hi, out_w)
+                            zero_run(dst, 0, lo)
+                            copy_run(dst, src, lo, hi)
+                            zero_run(dst, hi, out_w)
                         else:
                             for ow in range(out_w):
                                 var v = Scalar[dtype](0)
