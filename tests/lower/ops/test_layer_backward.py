@@ -12,9 +12,11 @@ from collections import defaultdict
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import torch_max_backend.backend as backend_module
 from torch_max_backend import UnsupportedOpsError, max_backend
+from torch_max_backend.lower.builder import build_graph
 
 from .family_check import check_family
 from .helpers import check_training_step
@@ -278,3 +280,32 @@ def test_layer_norm_gradients_are_one_kernel_and_match_eager(max_calls, graph_te
     (text,) = graph_texts()
     assert text.count('"torch_max_backend_layer_norm_backward"') == 3
     assert "rmo.mo.reduce" not in text
+
+
+@pytest.mark.parametrize(("size", "by_columns"), [(28, True), (56, True), (64, False)])
+def test_stride_one_input_gradient_takes_col2im_up_to_56x56(size, by_columns):
+    """A stride-1 convolution's input gradient is built by col2im up to 56x56
+    output pixels (faster than MAX's conv2d there, docs/benchmarks.md
+    "Training steps"), by MAX's conv2d over larger images. Built, not
+    compiled: the graph's text names the kernel that computes it."""
+
+    def input_grad(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor):
+        return aten.convolution_backward(
+            grad,
+            x,
+            w,
+            None,
+            [1, 1],
+            [1, 1],
+            [1, 1],
+            False,
+            [0, 0],
+            1,
+            [True, False, False],
+        )[0]
+
+    image = torch.randn(1, 4, size, size)
+    gm = make_fx(input_grad, tracing_mode="fake")(image, image, torch.randn(4, 4, 3, 3))
+    text = str(build_graph(gm).graph)
+    assert ("torch_max_backend_col2im" in text) == by_columns
+    assert ("mo.conv" in text) != by_columns

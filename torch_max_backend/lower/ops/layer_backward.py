@@ -134,12 +134,13 @@ def _conv_weight_grad(
 
 
 # The most output pixels of a stride-1 convolution whose input gradient is
-# built by col2im: past it MAX's conv2d was faster (ResNet-18's 64-channel
-# 28x28 layers, AMD EPYC Zen 4: 4.7 against 3.5 ms for both gradients), below
-# it slower (its 14x14, 7x7 and 4x4 layers: 1.3-1.5x), as in the forward
-# (convolution.py's matmul_pays). Timed with col2im adding value by value,
-# before its vector runs (3-7x faster, docs/benchmarks.md "Training steps").
-INPUT_GRAD_MAX_PIXELS = 16 * 16
+# built by col2im; past it MAX's conv2d. With col2im adding vector runs
+# (a1d7a1f), col2im beat MAX's conv2d for a 3x3 convolution's two gradients
+# on the AMD EPYC Zen 3 (batch 2, in one process: 64 channels at 28x28 3.40
+# against 3.85 ms, 128 at 28x28 12.2 against 14.5, 64 at 56x56 11.5 against
+# 12.9) and tied at 32 channels at 64x64 (5.31 against 5.16); with the old
+# value-by-value col2im, MAX's conv2d had won from 28x28 up (Zen 4).
+INPUT_GRAD_MAX_PIXELS = 56 * 56
 
 
 def _input_grad_by_columns(grad: TensorValue, stride: tuple[int, int]) -> bool:
