@@ -139,7 +139,7 @@ def _conv_weight_grad(
 # on the AMD EPYC Zen 3 (batch 2, in one process: 64 channels at 28x28 3.40
 # against 3.85 ms, 128 at 28x28 12.2 against 14.5, 64 at 56x56 11.5 against
 # 12.9) and tied at 32 channels at 64x64 (5.31 against 5.16); with the old
-# value-by-value col2im, MAX's conv2d had won from 28x28 up (Zen 4).
+# value-by-value col2im, MAX's conv2d had won at 28x28 (AMD EPYC Zen 4).
 INPUT_GRAD_MAX_PIXELS = 56 * 56
 
 
