@@ -21,11 +21,14 @@ aten = torch.ops.aten
 KERNEL = "torch_max_backend_streamed_matmul"
 
 
-def _products(x, w_kn, w_nk, bias):
+def _products(x, w_kn, w_nk, bias, w_wide):
     """[K, N] weights at 1, 3 and 8 rows (with addmm's scales), a view that
-    is not a stored weight, and a Linear's [N, K] weight at 8 and 5 rows."""
+    is not a stored weight, a Linear's [N, K] weight at 8 and 5 rows, and a
+    weight wider than one row's tile at 1 and 3 rows."""
     return (
         torch.mm(x[:1], w_kn),
+        torch.mm(x[:1], w_wide),
+        torch.mm(x[:3], w_wide),
         torch.addmm(bias, x[:3], w_kn, beta=0.5, alpha=2.0),
         torch.mm(x, w_kn) + 1,
         torch.mm(x[:2], torch.cat([w_kn, w_kn], 1)[:, ::2]),
@@ -38,22 +41,26 @@ def test_the_streamed_kernel_matches_eager(monkeypatch, max_calls, graph_texts):
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
     torch.manual_seed(0)
     # K 521 (slices of 131 rows: groups of 4 and a tail of 3; vectors of 16
-    # and a tail of 9), N 1100 (tiles of 512 and one of 76, 32-column steps
-    # and a tail of 12; blocks of 2 [N, K] rows).
+    # and a tail of 9), N 1100 (at 8 rows tiles of 512 and one of 76, at 1
+    # and 3 rows one tile; 32-column steps and a tail of 12; blocks of 2
+    # [N, K] rows); N 4300 (at 1 row a tile of 4096 and one of 204, at 3
+    # rows three tiles of about 1350 and a narrower last).
     x, w_kn = torch.randn(8, 521), torch.randn(521, 1100)
     w_nk, bias = torch.randn(1100, 521), torch.randn(1100)
+    w_wide = torch.randn(521, 4300)
     compiled = torch.compile(
         _products,
         backend=max_backend,
         fullgraph=True,
         options={"product_strategy": "streamed", "strict": True},
     )
-    got, want = compiled(x, w_kn, w_nk, bias), _products(x, w_kn, w_nk, bias)
+    got = compiled(x, w_kn, w_nk, bias, w_wide)
+    want = _products(x, w_kn, w_nk, bias, w_wide)
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     assert max_calls.of("inference") == 1
     (text,) = graph_texts()
-    assert text.count(KERNEL) == 6
+    assert text.count(KERNEL) == 8
     assert text.count("weight_nk = true") == 2
 
 
