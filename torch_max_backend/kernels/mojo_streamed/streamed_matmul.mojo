@@ -33,7 +33,6 @@ from std.sys.intrinsics import prefetch
 # (both compiled in one process, generate() timed in 36 interleaved rounds;
 # AMD EPYC Zen 3, 2026-12-04).
 comptime _TILE_VALUES = 4096
-comptime _MIN_TILE = 512
 # Weight rows multiplied per pass over a tile's partial sums.
 comptime _DEPTH = 4
 # How many row groups ahead the prefetches run (8 weight rows).
@@ -188,7 +187,8 @@ def _rows_times_kn_weight[
     # weight vectors and a broadcast, within AVX-512's 32 vector registers.
     comptime vectors = 2
     comptime step = vectors * width
-    comptime tile = max(_MIN_TILE, _TILE_VALUES // count // step * step)
+    # count is at most _BLOCK_ROWS (8): 512 columns or more, whole vector steps.
+    comptime tile = _TILE_VALUES // count // step * step
     # Two slices a core, so that a slow core holds the rest up less.
     var parts = max(1, min(2 * num_physical_cores(), k_len // _MIN_SLICE))
     var k_chunk = max(1, ceildiv(k_len, parts))
