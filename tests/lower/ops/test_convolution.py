@@ -14,6 +14,7 @@ from torch_max_backend import (
     UnsupportedOpsError,
     max_backend,
 )
+from torch_max_backend.lower import conv_kernel
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import strategy_for, unsupported_reason
 
@@ -119,46 +120,53 @@ def _t(*size: int, device: str = "cpu") -> Callable[[], torch.Tensor]:
     return lambda: torch.zeros(size, device=device)
 
 
-# (case, expected strategy, convolution, its inputs): the im2col matmul takes
-# ungrouped 1-d and 2-d convolutions on the CPU whose filter has 2^20
-# elements or more or whose output has at most 16x16 pixels.
+# (case, expected strategy with AVX-512, without, convolution, its inputs):
+# the im2col matmul takes ungrouped 1-d and 2-d convolutions on the CPU whose
+# filter has 2^20 elements or more or whose output has at most 16x16 pixels;
+# of the rest, our tiled kernel takes the float32 ungrouped ones on a CPU
+# without AVX-512, MAX's conv2d the others.
 CASES = [
-    ("2-d 32x32 output", "direct", lambda x, w: F.conv2d(x, w, padding=1),
+    ("2-d 32x32 output", "direct", "tiled", lambda x, w: F.conv2d(x, w, padding=1),
      (_t(1, 3, 32, 32), _t(8, 3, 3, 3))),
-    ("2-d 8x8 output", "im2col_matmul", lambda x, w: F.conv2d(x, w, stride=4),
+    ("2-d 8x8 output", "im2col_matmul", "im2col_matmul", lambda x, w: F.conv2d(x, w, stride=4),
      (_t(1, 8, 32, 32), _t(8, 8, 3, 3))),
-    ("2-d 16x16 output", "im2col_matmul", F.conv2d,
+    ("2-d 16x16 output", "im2col_matmul", "im2col_matmul", F.conv2d,
      (_t(1, 2, 18, 18), _t(2, 2, 3, 3))),
-    ("2-d 17x16 output", "direct", F.conv2d, (_t(1, 2, 19, 18), _t(2, 2, 3, 3))),
-    ("2-d grouped", "direct", lambda x, w: F.conv2d(x, w, groups=2),
+    ("2-d 17x16 output", "direct", "tiled", F.conv2d, (_t(1, 2, 19, 18), _t(2, 2, 3, 3))),
+    ("2-d grouped", "direct", "direct", lambda x, w: F.conv2d(x, w, groups=2),
      (_t(1, 8, 10, 10), _t(8, 4, 3, 3))),
-    ("2-d filter of 2^20+", "im2col_matmul", lambda x, w: F.conv2d(x, w, padding=1),
+    ("2-d filter of 2^20+", "im2col_matmul", "im2col_matmul", lambda x, w: F.conv2d(x, w, padding=1),
      (_t(1, 512, 32, 32), _t(512, 512, 3, 3))),
-    ("1-d 8 outputs", "im2col_matmul", F.conv1d, (_t(2, 4, 10), _t(8, 4, 3))),
-    ("1-d 998 outputs", "direct", F.conv1d, (_t(1, 4, 1000), _t(8, 4, 3))),
+    ("1-d 8 outputs", "im2col_matmul", "im2col_matmul", F.conv1d, (_t(2, 4, 10), _t(8, 4, 3))),
+    ("1-d 998 outputs", "direct", "tiled", F.conv1d, (_t(1, 4, 1000), _t(8, 4, 3))),
     # A 1-d filter [O, C, k] is built as [O, C, 1, k]: the same element count.
-    ("1-d filter of 2^20", "im2col_matmul", F.conv1d,
+    ("1-d filter of 2^20", "im2col_matmul", "im2col_matmul", F.conv1d,
      (_t(1, 1024, 300), _t(1024, 1024, 1))),
-    ("1-d filter under 2^20", "direct", F.conv1d,
+    ("1-d filter under 2^20", "direct", "tiled", F.conv1d,
      (_t(1, 1023, 300), _t(1024, 1023, 1))),
-    ("2-d transposed", "transposed",
+    ("2-d transposed", "transposed", "transposed",
      lambda x, w: F.conv_transpose2d(x, w, stride=2),
      (_t(1, 8, 4, 4), _t(8, 4, 2, 2))),
-    ("1-d transposed", "transposed", F.conv_transpose1d,
+    ("1-d transposed", "transposed", "transposed", F.conv_transpose1d,
      (_t(1, 8, 4), _t(8, 4, 2))),
-    ("3-d with a small output", "conv3d", F.conv3d,
+    ("3-d with a small output", "conv3d", "conv3d", F.conv3d,
      (_t(1, 1, 4, 4, 4), _t(2, 1, 3, 3, 3))),
-    ("2-d 8x8 output off the CPU", "direct", lambda x, w: F.conv2d(x, w, stride=4),
+    ("2-d 8x8 output off the CPU", "direct", "direct", lambda x, w: F.conv2d(x, w, stride=4),
      (_t(1, 8, 32, 32, device="meta"), _t(8, 8, 3, 3, device="meta"))),
 ]  # fmt: skip
 
 
+@pytest.mark.parametrize("avx512", [True, False], ids=["AVX-512", "AVX2"])
 @pytest.mark.parametrize(
-    ("expected", "conv", "inputs"),
+    ("with_avx512", "without", "conv", "inputs"),
     [case[1:] for case in CASES],
     ids=[case[0] for case in CASES],
 )
-def test_each_convolution_strategy_is_chosen_where_expected(expected, conv, inputs):
+def test_each_convolution_strategy_is_chosen_where_expected(
+    monkeypatch, avx512, with_avx512, without, conv, inputs
+):
+    monkeypatch.setattr(conv_kernel, "cpu_has_avx512", lambda: avx512)
+    expected = with_avx512 if avx512 else without
     register_families()
     lower = MAPPING_TORCH_ATEN_TO_MAX[torch.ops.aten.convolution.default]
     node = _convolution_node(conv, *(make() for make in inputs))

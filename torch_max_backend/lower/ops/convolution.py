@@ -12,6 +12,7 @@ from max.graph.type import ConvInputLayout, FilterLayout
 
 from ..context import current
 from ..conv_columns import windows
+from ..conv_kernel import tiled_conv2d, tiled_conv_fits
 from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
 from ..opmath import accumulated
 from ..products import product
@@ -363,6 +364,7 @@ convolution = lowering_strategies(
         ),
         Strategy("conv3d", conv3d, is_volumetric),
         Strategy("im2col_matmul", _over_unit_height(im2col_matmul), matmul_pays),
+        Strategy("tiled", _over_unit_height(tiled_conv2d), tiled_conv_fits),
         Strategy(
             "direct", _over_unit_height(direct_conv2d)
         ),  # MAX's conv2d kernel: the rest
