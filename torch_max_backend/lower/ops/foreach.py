@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from max.graph import TensorValue, ops
 
+from ... import logs
 from ..context import list_element
 from ..products import product
 from ..registry import MAPPING_TORCH_ATEN_TO_MAX, lowering
@@ -22,6 +23,7 @@ from ..scalars import Operand, as_tensor, out_max_dtype
 from .reduction import linalg_vector_norm, power_sum, torch_max
 
 aten = torch.ops.aten
+_log = logs.get_logger("compile")
 
 Elementwise = Callable[..., TensorValue]
 
@@ -34,10 +36,31 @@ def _each(count: int, build: Callable[[int], TensorValue]) -> list[TensorValue]:
     return results
 
 
+def _foreach_op(name: str, overload: str) -> Any:
+    """aten._foreach_<name>.<overload>, or None where this torch lacks it: an
+    older torch (the 2.11 of a GPU image, say) has fewer foreach ops, no
+    graph it traces holds the missing ones, and the other lowerings stand."""
+    packet = getattr(aten, f"_foreach_{name}", None)
+    op = getattr(packet, overload, None) if packet is not None else None
+    if op is None:
+        _log.debug(
+            "torch %s has no aten._foreach_%s.%s", torch.__version__, name, overload
+        )
+    return op
+
+
+def _lowering_if(name: str, overload: str, **options: bool) -> Callable[[Any], Any]:
+    """``@lowering`` of a foreach op where this torch has it."""
+    op = _foreach_op(name, overload)
+    return (lambda fn: fn) if op is None else lowering(op, **options)
+
+
 def _register(
     name: str, overload: str, build: Callable[..., list[TensorValue]]
 ) -> None:
-    op = getattr(getattr(aten, f"_foreach_{name}"), overload)
+    op = _foreach_op(name, overload)
+    if op is None:
+        return
     # One build may serve several overloads: its docstring lists each schema.
     schema = str(op._schema).removeprefix("aten::")
     build.__name__ = f"foreach_{name}"
@@ -114,7 +137,7 @@ for _overload in ("List", "Scalar", "ScalarList"):
     _binary("pow", _overload, _lowered(aten.pow.Tensor_Tensor))
 
 
-@lowering(aten._foreach_pow.ScalarAndTensor)
+@_lowering_if("pow", "ScalarAndTensor")
 def foreach_pow_scalar_and_tensor(
     self: Operand, exponent: Sequence[TensorValue]
 ) -> list[TensorValue]:
@@ -123,7 +146,7 @@ def foreach_pow_scalar_and_tensor(
     return _each(len(exponent), lambda i: pow_scalar(self, exponent[i]))
 
 
-@lowering(aten._foreach_copy.default)
+@_lowering_if("copy", "default")
 def foreach_copy(
     self: Sequence[TensorValue], src: Sequence[TensorValue], non_blocking: bool = False
 ) -> list[TensorValue]:
@@ -193,7 +216,7 @@ for _overload in ("List", "Scalar", "ScalarList"):
 
 
 # ``ord`` picks the algorithm (0, inf, ...), so it stays a build-time number.
-@lowering(aten._foreach_norm.Scalar, lift_scalars=False)
+@_lowering_if("norm", "Scalar", lift_scalars=False)
 def foreach_norm(
     self: Sequence[TensorValue], ord: float = 2, dtype: torch.dtype | None = None
 ) -> list[TensorValue]:
@@ -201,7 +224,7 @@ def foreach_norm(
     return _each(len(self), lambda i: linalg_vector_norm(self[i], ord, dtype=dtype))
 
 
-@lowering(aten._foreach_powsum.Scalar, lift_scalars=False)
+@_lowering_if("powsum", "Scalar", lift_scalars=False)
 def foreach_powsum(
     self: Sequence[TensorValue], ord: float = 2, dtype: torch.dtype | None = None
 ) -> list[TensorValue]:
@@ -211,7 +234,7 @@ def foreach_powsum(
     )
 
 
-@lowering(aten._foreach_max.default)
+@_lowering_if("max", "default")
 def foreach_max(self: Sequence[TensorValue]) -> list[TensorValue]:
     """_foreach_max(Tensor[] self) -> Tensor[]"""
     return _each(
@@ -219,7 +242,7 @@ def foreach_max(self: Sequence[TensorValue]) -> list[TensorValue]:
     )
 
 
-@lowering(aten._foreach_mm.default)
+@_lowering_if("mm", "default")
 def foreach_mm(
     self: Sequence[TensorValue], mat2: Sequence[TensorValue]
 ) -> list[TensorValue]:
