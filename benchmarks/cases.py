@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import zoo
+from benchmarks.device import synchronize
 
 # name -> what the table says about it
 CASES: dict[str, str] = {
@@ -54,39 +55,58 @@ WARMUP_S = 0.5
 
 
 def _latencies(
-    call: Callable[[], object], runs: int, max_seconds: float
+    call: Callable[[], object], runs: int, max_seconds: float, device: str = "cpu"
 ) -> list[float]:
     """Seconds per call once warmed up (three calls and ``WARMUP_S``):
     ``runs`` calls, fewer if they would take longer than ``max_seconds``
-    (at least five)."""
+    (at least five). On a GPU each clock is read once its work is done."""
     warm_until = time.perf_counter() + WARMUP_S
     for _ in range(3):
         call()
     while time.perf_counter() < warm_until:
         call()
     times: list[float] = []
+    synchronize(device)
     budget_end = time.perf_counter() + max_seconds
     while len(times) < runs and (len(times) < 5 or time.perf_counter() < budget_end):
+        synchronize(device)
         start = time.perf_counter()
         call()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return times
 
 
+def _timed_call(call: Callable[[], Any], device: str) -> tuple[Any, float]:
+    """``call()``'s result and its seconds, its device work included."""
+    synchronize(device)
+    start = time.perf_counter()
+    out = call()
+    synchronize(device)
+    return out, time.perf_counter() - start
+
+
 def _inference(
-    name: str, backend: str, runs: int, max_seconds: float, first_call_only: bool
+    name: str,
+    backend: str,
+    runs: int,
+    max_seconds: float,
+    first_call_only: bool,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     model, inputs = zoo.build(name)
+    model = model.to(device)
+    inputs = tuple(x.to(device) for x in inputs)
     with torch.no_grad():
         expected = model(*inputs)
         fn = _compile(model, backend)
-        start = time.perf_counter()
-        out = fn(*inputs)
-        first = time.perf_counter() - start
+        out, first = _timed_call(lambda: fn(*inputs), device)
         figures: dict[str, Any] = {"first_call_s": first}
         if first_call_only:
             return figures
-        figures["latencies_s"] = _latencies(lambda: fn(*inputs), runs, max_seconds)
+        figures["latencies_s"] = _latencies(
+            lambda: fn(*inputs), runs, max_seconds, device
+        )
     figures["max_abs_error"] = float((out - expected).abs().max())
     figures["batch"] = int(inputs[0].shape[0])
     return figures
@@ -170,16 +190,22 @@ def _training_case(
 
 
 def _training(
-    case: str, backend: str, runs: int, max_seconds: float, first_call_only: bool
+    case: str,
+    backend: str,
+    runs: int,
+    max_seconds: float,
+    first_call_only: bool,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     model, x, y, stepper = _training_case(case)
+    # On the device before the stepper makes the optimizer's state there.
+    model, x, y = model.to(device), x.to(device), y.to(device)
     model.train()
     reference = copy.deepcopy(model)
 
     fn = _compile(stepper(model, x, y), backend)
-    start = time.perf_counter()
-    fn()
-    figures: dict[str, Any] = {"first_call_s": time.perf_counter() - start}
+    _, first = _timed_call(fn, device)
+    figures: dict[str, Any] = {"first_call_s": first}
     if first_call_only:
         return figures
     if backend == "max":
@@ -197,7 +223,7 @@ def _training(
         float((a - b).abs().max())
         for a, b in zip(model.parameters(), reference.parameters(), strict=True)
     )
-    figures["latencies_s"] = _latencies(fn, runs, max_seconds)
+    figures["latencies_s"] = _latencies(fn, runs, max_seconds, device)
     figures["batch"] = int(x.shape[0])
     return figures
 
@@ -209,17 +235,23 @@ def measure(
     runs: int,
     max_seconds: float,
     first_call_only: bool = False,
+    device: str = "cpu",
 ) -> dict[str, Any]:
-    """Every figure of one case on one backend, as measured in this process."""
+    """Every figure of one case on one backend, as measured in this process,
+    its model, inputs and optimizer state on ``device``."""
     if case not in CASES:
         raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
     torch.manual_seed(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if case.endswith("-train"):
-            figures = _training(case, backend, runs, max_seconds, first_call_only)
+            figures = _training(
+                case, backend, runs, max_seconds, first_call_only, device
+            )
         else:
-            figures = _inference(case, backend, runs, max_seconds, first_call_only)
+            figures = _inference(
+                case, backend, runs, max_seconds, first_call_only, device
+            )
     figures.update(case=case, backend=backend)
     if backend == "max":
         from torch_max_backend import FallbackWarning, compile_stats
@@ -244,4 +276,7 @@ def measure(
         figures["throughput_per_s"] = figures["batch"] / (figures["median_ms"] / 1e3)
     # Linux reports kilobytes: the process's peak, compiling included.
     figures["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if device == "cuda":
+        figures["device"] = device
+        figures["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     return figures

@@ -19,6 +19,12 @@ and background compilation, max's first token while its graph compiles.
 The memory-bandwidth bound is what a decode step must read (the weights
 once, a tied embedding once, the KV cache up to the tokens attended) over
 the machine's measured read bandwidth (benchmarks.bandwidth).
+
+With ``--device cuda`` the model and its inputs live on the GPU and every
+clock is read after torch.cuda.synchronize(); the CPU's figures (the
+bandwidth bound, the OpenMP-thread runs of max, product timings) are left
+out, and ``--docs`` writes the GPU's section, leaving the CPU vendors'.
+``--json PATH`` writes every figure.
 """
 
 from __future__ import annotations
@@ -36,21 +42,19 @@ from typing import Any
 
 from tabulate import tabulate
 
-from benchmarks import bandwidth
+from benchmarks import bandwidth, device
 from benchmarks.child import ChildFailed, child_json, turn_order
 from benchmarks.decode_docs import docs_markers, machine_line, markdown
+from benchmarks.decode_tables import (
+    HEADERS,
+    _first_token_rows,
+    _rows,
+    first_token_headers,
+)
 from benchmarks.docs_sections import command_line, replace_section, vendor_label
 from benchmarks.machine import machine, product_timings_carried
 
 BACKENDS = ("eager", "inductor", "max")
-# max_backend's runs: (key, what the table calls it). PyTorch's OpenMP threads
-# spin after each of generate()'s eager ops, on the cores MAX's kernels need
-# next: passive, they sleep at once; with one torch thread there are none.
-MAX_RUNS = (
-    ("max", "max"),
-    ("max_passive", "passive max"),
-    ("max_one_thread", "1-thread max"),
-)
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -113,10 +117,11 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
 
     from torch_max_backend import FallbackWarning, compile_stats, reset_compile_stats
 
+    where = getattr(args, "device", "cpu")
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
-    model = build(name).eval()
+    model = build(name).eval().to(where)
     config = None
     if backend != "eager":
         config = CompileConfig(backend=backend)
@@ -125,6 +130,7 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
     results: dict[str, Any] = {}
     for batch in args.batches:
         ids = torch.randint(0, model.config.vocab_size, (batch, args.prompt))
+        ids = ids.to(where)
 
         def generate(new: int, ids: torch.Tensor = ids) -> torch.Tensor:
             return generate_exactly(model, ids, new, capacity, config)
@@ -132,8 +138,10 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
         def seconds(new: int) -> float:
             times = []
             for _ in range(args.runs):
+                device.synchronize(where)
                 start = time.perf_counter()
                 generate(new)
+                device.synchronize(where)
                 times.append(time.perf_counter() - start)
             return statistics.median(times)
 
@@ -142,8 +150,10 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
             # its figures are then not max_backend's, and the table says so.
             warnings.simplefilter("always", FallbackWarning)
             reset_compile_stats()
+            device.synchronize(where)
             start = time.perf_counter()
             tokens = generate(2)  # the prefill's token, then one decode step
+            device.synchronize(where)
             first = time.perf_counter() - start
             stats = compile_stats()
             if args.first_only:
@@ -181,6 +191,7 @@ def _spawn(
     argv += ["--batches", ",".join(map(str, args.batches))]
     argv += ["--prompt", str(args.prompt), "--new-tokens", str(args.new_tokens)]
     argv += ["--runs", str(args.runs)] + (["--first-only"] if first_only else [])
+    argv += device.child_args(getattr(args, "device", "cpu"))
     try:
         return child_json(argv, env=env, timeout=args.timeout)
     except ChildFailed as e:
@@ -188,94 +199,11 @@ def _spawn(
         return {"failed": e.stderr.strip().splitlines()[-1][:200]}
 
 
-def _speed(figures: dict[str, Any] | None) -> str:
-    """Tokens/s, marked when some graph ran in PyTorch instead of MAX."""
-    if not figures:
-        return "failed"
-    speed = f"{figures['tokens_per_s']:.1f}"
-    return f"{speed} (ran in PyTorch)" if figures.get("fallbacks") else speed
-
-
-def _rows(results: dict[str, Any], gbps: float) -> list[list[str]]:
-    """Decode speed per model and batch size: tokens/s, ratios, the bound."""
-    rows = []
-    for name, by_backend in results.items():
-        eager = by_backend["eager"]
-        for batch in eager:
-            base = eager[batch]["tokens_per_s"]
-            ind = by_backend["inductor"].get(batch)
-            runs = [by_backend.get(key, {}).get(batch) for key, _ in MAX_RUNS]
-            line = [name, batch, _speed(eager[batch]), _speed(ind)]
-            line += [_speed(figures) for figures in runs]
-            for figures in runs:
-                speed = figures["tokens_per_s"] if figures else None
-                line.append(f"{speed / base:.2f}x" if speed else "-")
-                line.append(
-                    f"{speed / ind['tokens_per_s']:.2f}x" if speed and ind else "-"
-                )
-            best = max(
-                (f for f in runs if f), key=lambda f: f["tokens_per_s"], default=None
-            )
-            if best:
-                bound = int(batch) * gbps * 1e9 / best["bytes_per_step"]
-                line.append(f"{bound:.0f} ({best['tokens_per_s'] / bound:.0%})")
-            else:
-                line.append("-")
-            same = all(f["tokens"] == eager[batch]["tokens"] for f in runs if f)
-            line.append("yes" if same and runs[0] else "NO")
-            rows.append(line)
-    return rows
-
-
-HEADERS = [
-    "model",
-    "batch",
-    "eager tok/s",
-    "Inductor tok/s",
-    "max tok/s",
-    "max tok/s, OMP passive",
-    "max tok/s, 1 torch thread",
-    *(f"{label}/{other}" for _, label in MAX_RUNS for other in ("eager", "Inductor")),
-    "bound tok/s (best max's share)",
-    "same tokens",
-]
-
-# (column, where its figure is): the first decoded token at the first batch size.
-FIRST_TOKEN = [
-    ("eager", "eager"),
-    ("Inductor, empty caches", "inductor"),
-    ("Inductor, warm", "inductor_warm"),
-    ("max, empty caches", "max"),
-    ("max, warm", "max_warm"),
-    ("max, empty caches, background compile", "max_background"),
-]
-
-
-def first_token_headers(caches: str) -> list[str]:
-    """FIRST_TOKEN's columns; with ``--caches user`` the first processes
-    found the user's caches as earlier runs left them, not empty ones."""
-    columns = [column for column, _ in FIRST_TOKEN]
-    if caches == "user":
-        columns = [c.replace("empty caches", "user's caches") for c in columns]
-    return ["model", *columns]
-
-
-def _first_token_rows(results: dict[str, Any], batch: str) -> list[list[str]]:
-    rows = []
-    for name, by_run in results.items():
-        line = [name]
-        for _, key in FIRST_TOKEN:
-            figures = by_run.get(key, {})
-            figures = figures.get(batch, figures)  # full runs: per batch size
-            seconds = figures.get("first_token_s")
-            line.append("-" if seconds is None else f"{seconds:.1f}")
-        rows.append(line)
-    return rows
-
-
-def write_docs(section: str) -> None:
-    """Replace this CPU vendor's decode section; the other vendor's stays."""
-    begin, end = docs_markers(vendor_label(machine()))
+def write_docs(section: str, where: str = "cpu") -> None:
+    """Replace this CPU vendor's decode section; the other vendor's stays.
+    With ``where`` cuda, the GPU's section, the CPU vendors' left alone."""
+    label = device.GPU_LABEL if where == "cuda" else vendor_label(machine())
+    begin, end = docs_markers(label, where)
     replace_section(ROOT / "docs" / "benchmarks.md", begin, end, section)
 
 
@@ -307,7 +235,9 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Every backend's full run over empty caches (or the user's), a warm
     first-token run after each compiled one, and max with background compile;
     with ``--repeat N``, N - 1 more rounds of eager, Inductor and max (default
-    settings) taking turns, each backend's speed their median process."""
+    settings) taking turns, each backend's speed their median process. On a
+    GPU, max's OpenMP-thread variants are not run (they are CPU advice)."""
+    on_cpu = getattr(args, "device", "cpu") == "cpu"
     runs: dict[str, Any] = {}
     repeats: dict[str, list[dict[str, Any]]] = {b: [] for b in BACKENDS}
     with contextlib.ExitStack() as stack:
@@ -315,13 +245,14 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
         for backend in BACKENDS:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="decode-"))
             cold = args.caches == "cold"
-            stack.enter_context(product_timings_carried(Path(tmp) if cold else None))
+            carried = Path(tmp) if cold and on_cpu else None  # the CPU's timings
+            stack.enter_context(product_timings_carried(carried))
             envs[backend] = env = _cache_env(tmp if cold else None)
             runs[backend] = _spawn(name, backend, args, env)
             repeats[backend].append(runs[backend])
             if backend != "eager":
                 runs[f"{backend}_warm"] = _spawn(name, backend, args, env, True)
-            if backend == "max":
+            if backend == "max" and on_cpu:
                 # PyTorch's OpenMP threads spin after each of generate()'s eager
                 # ops and take the cores MAX's kernels then need; passive, they
                 # sleep at once (set before the process starts, as a user would).
@@ -345,7 +276,9 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 print(f"{name} {backend} batch {batch}: step ms by process {steps}")
     with (
         tempfile.TemporaryDirectory(prefix="decode-") as tmp,
-        product_timings_carried(Path(tmp) if args.caches == "cold" else None),
+        product_timings_carried(
+            Path(tmp) if args.caches == "cold" and on_cpu else None
+        ),
     ):
         env = _cache_env(
             tmp if args.caches == "cold" else None,
@@ -379,6 +312,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--docs", action="store_true")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    device.add_argument(parser)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--torch-threads", type=int, default=0, help=argparse.SUPPRESS)
@@ -390,21 +325,21 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_measure(name, backend, args)), flush=True)
         return
     args.command = command_line("benchmarks.decode", argv)
+    device.check_available(parser, args.device)
+    on_cpu = args.device == "cpu"
     started = time.perf_counter()
-    print(f"machine: {machine_line()}", flush=True)
-    read = bandwidth.measure()
-    print(f"memory read bandwidth: {read['gbps']:.1f} GB/s ({read['how']})")
+    print(f"machine: {machine_line(args.device)}", flush=True)
+    read = None
+    if on_cpu:  # the CPU's bandwidth bounds nothing a GPU runs
+        read = bandwidth.measure()
+        print(f"memory read bandwidth: {read['gbps']:.1f} GB/s ({read['how']})")
     results = {name: _model_runs(name, args) for name in args.models.split(",")}
-    # The VM's bandwidth drifts with its neighbours: the bound takes the better
-    # of a reading before and one after, so that no share is overstated.
-    after = bandwidth.measure()
-    print(f"memory read bandwidth after: {after['gbps']:.1f} GB/s")
-    if after["gbps"] > read["gbps"]:
-        read, after = after, read
-    read["how"] += (
-        f"; the better of two readings, before and after (other {after['gbps']:.1f})"
+    if read is not None:
+        read = _better_reading(read)
+    gbps = None if read is None else read["gbps"]
+    speed = tabulate(
+        _rows(results, gbps, args.device), headers=HEADERS, tablefmt="github"
     )
-    speed = tabulate(_rows(results, read["gbps"]), headers=HEADERS, tablefmt="github")
     first = tabulate(
         _first_token_rows(results, str(args.batches[0])),
         headers=first_token_headers(args.caches),
@@ -412,8 +347,37 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(speed, first, sep="\n\n")
     minutes = (time.perf_counter() - started) / 60
+    if args.json:
+        figures = {
+            "machine": machine(),
+            "command": args.command,
+            "device": args.device,
+            "options": {
+                key: getattr(args, key)
+                for key in ("batches", "prompt", "new_tokens", "runs", "caches")
+            }
+            | {"repeat": args.repeat},
+            "read": read,
+            "duration_s": minutes * 60,
+            "results": results,
+        }
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
     if args.docs:
-        write_docs(markdown((speed, first), args, read, minutes))
+        write_docs(markdown((speed, first), args, read, minutes), args.device)
+
+
+def _better_reading(read: dict[str, Any]) -> dict[str, Any]:
+    """The VM's bandwidth drifts with its neighbours: the bound takes the
+    better of a reading before (``read``) and one after, so that no share is
+    overstated."""
+    after = bandwidth.measure()
+    print(f"memory read bandwidth after: {after['gbps']:.1f} GB/s")
+    if after["gbps"] > read["gbps"]:
+        read, after = after, read
+    read["how"] += (
+        f"; the better of two readings, before and after (other {after['gbps']:.1f})"
+    )
+    return read
 
 
 if __name__ == "__main__":

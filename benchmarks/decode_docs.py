@@ -1,28 +1,34 @@
 """The decode benchmark's section of docs/benchmarks.md: its text around
-the tables, and the markers of each CPU vendor's section."""
+the tables, and the markers of each CPU vendor's section and of the GPU's
+(``--device cuda``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from benchmarks.device import GPU_LABEL, gpu_line
 from benchmarks.docs_sections import markers, vendor_label
 from benchmarks.machine import cpu_line, machine
 
 COMMAND = "python -m benchmarks.decode --docs"
+GPU_COMMAND = f"{COMMAND} --device cuda"
 
 
-def docs_markers(vendor: str) -> tuple[str, str]:
-    """The decode section's markers for a CPU vendor's run."""
-    return markers("decode", vendor, COMMAND)
+def docs_markers(vendor: str, where: str = "cpu") -> tuple[str, str]:
+    """The decode section's markers for a CPU vendor's run, or with
+    ``where`` cuda a GPU run's ("GPU" as the vendor)."""
+    return markers("decode", vendor, GPU_COMMAND if where == "cuda" else COMMAND)
 
 
-def machine_line() -> str:
+def machine_line(where: str = "cpu") -> str:
+    """The CPU, with ``where`` cuda the GPU too, BLAS and versions."""
     import transformers
 
     m = machine()
+    gpu = f"; GPU: {gpu_line(m)}" if where == "cuda" else ""
     return (
-        f"{cpu_line(m)}; vendor BLAS: {m['vendor_blas']}; torch {m['torch']}, "
+        f"{cpu_line(m)}{gpu}; vendor BLAS: {m['vendor_blas']}; torch {m['torch']}, "
         f"max {m['max']}, transformers {transformers.__version__}"
     )
 
@@ -30,9 +36,11 @@ def machine_line() -> str:
 def markdown(
     tables: tuple[str, str],
     args: argparse.Namespace,
-    read: dict[str, Any],
+    read: dict[str, Any] | None,
     minutes: float,
 ) -> str:
+    if getattr(args, "device", "cpu") == "cuda" or read is None:
+        return gpu_markdown(tables, args, minutes)
     vendor = vendor_label(machine())
     begin, end = docs_markers(vendor)
     return "\n".join(
@@ -97,6 +105,48 @@ def markdown(
             "filled; *background compile*: `TORCH_MAX_BACKEND_BACKGROUND_COMPILE=1`"
             ", the decode step running in PyTorch until its MAX graph is ready. "
             "Seconds:",
+            "",
+            tables[1],
+            "",
+            end,
+        ]
+    )
+
+
+def gpu_markdown(
+    tables: tuple[str, str], args: argparse.Namespace, minutes: float
+) -> str:
+    """A ``--device cuda`` run's section, headed with the GPU's name: no
+    bandwidth bound and no OpenMP-thread runs of max (the CPU's figures)."""
+    m = machine()
+    begin, end = docs_markers(GPU_LABEL, "cuda")
+    return "\n".join(
+        [
+            begin,
+            f"## Decoding on GPU ({m.get('gpu') or 'unknown'}): transformers' "
+            "generate() with a static KV cache",
+            "",
+            f"`{args.command}`, {minutes:.0f} minutes on {machine_line('cuda')}.",
+            "",
+            f"Prompt {args.prompt} tokens, {args.new_tokens} new tokens, greedy, "
+            "random weights, the models, inputs and KV cache on the GPU; every "
+            "clock read after `torch.cuda.synchronize()`. *tok/s* is decode "
+            f"only (prefill left out), the median of {args.runs} runs"
+            + (
+                f"; eager, Inductor and max: the median of {args.repeat} fresh "
+                "processes, taking turns"
+                if args.repeat > 1
+                else ""
+            )
+            + ". The CPU's figures are left out (-): the OpenMP-thread runs "
+            "of max and the memory-bandwidth bound. *ran in PyTorch*: a graph "
+            "fell back (FallbackWarning).",
+            "",
+            tables[0],
+            "",
+            f"Time to the first decoded token at batch {args.batches[0]} "
+            "(a fresh process's first generate() of two tokens, compiling "
+            "included), seconds:",
             "",
             tables[1],
             "",

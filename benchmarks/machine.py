@@ -73,6 +73,8 @@ def _readable(size: str) -> str:
 
 
 def machine() -> dict[str, Any]:
+    """This machine's CPU, memory, GPU (name and memory, when PyTorch sees
+    one) and versions."""
     import max as max_package
     import torch
 
@@ -80,7 +82,7 @@ def machine() -> dict[str, Any]:
 
     info = _cpuinfo()
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return {
+    found = {
         "cpu": info.get("model name", platform.processor()),
         "cpu_vendor": _VENDORS.get(info.get("vendor_id", ""), info.get("vendor_id")),
         "cpu_family_model": _family_model(info),
@@ -94,6 +96,10 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "max": getattr(max_package, "__version__", "26.7.0"),
     }
+    if found["gpu"] is not None:  # kept out of a CPU-only machine's figures
+        total = torch.cuda.get_device_properties(0).total_memory
+        found["gpu_memory_gib"] = round(total / 2**30, 1)
+    return found
 
 
 def cpu_line(m: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks.cases import CASES, WARMUP_S
-from benchmarks.docs_sections import markers, replace_section, vendor_label
+from benchmarks.device import gpu_line, heading_name, section_label
+from benchmarks.docs_sections import markers, replace_section
 from benchmarks.machine import cpu_line
 
 HEADERS = [
@@ -79,11 +80,15 @@ SPEEDUP_TARGETS = {
 }
 OVERHEAD_TARGET = 1.3
 COMMAND = "python -m benchmarks.run --docs"
+GPU_COMMAND = f"{COMMAND} --device cuda"
 
 
-def docs_markers(vendor: str) -> tuple[str, str]:
-    """The suite's section markers for a CPU vendor's run."""
-    return markers("benchmark suite", vendor, COMMAND)
+def docs_markers(vendor: str, device: str = "cpu") -> tuple[str, str]:
+    """The suite's section markers for a CPU vendor's run, or with
+    ``device`` cuda a GPU run's ("GPU" as the vendor)."""
+    return markers(
+        "benchmark suite", vendor, GPU_COMMAND if device == "cuda" else COMMAND
+    )
 
 
 def chart_name(vendor: str) -> str:
@@ -165,7 +170,7 @@ def targets(
     return lines
 
 
-def chart(rows: list[dict[str, Any]], path: Path) -> None:
+def chart(rows: list[dict[str, Any]], path: Path, where: str = "CPU") -> None:
     """Bars of speedup over eager per model, one per compiled backend."""
     import matplotlib
 
@@ -188,7 +193,7 @@ def chart(rows: list[dict[str, Any]], path: Path) -> None:
     ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(cases)), cases)
     ax.set_ylabel("speedup over eager PyTorch (median latency)")
-    ax.set_title("Steady-state speed on CPU, higher is better")
+    ax.set_title(f"Steady-state speed on {where}, higher is better")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -206,19 +211,38 @@ def _repeats(repeat: int) -> str:
     )
 
 
+def _targets_part(results: dict[str, Any], vendor: str) -> list[str]:
+    """The targets' table: the CPU vendors' alone have targets."""
+    if results.get("device", "cpu") == "cuda":
+        return []
+    rows, overhead = results["rows"], results["overhead"]
+    return [
+        "### Performance targets",
+        "",
+        tabulate(targets(rows, overhead, vendor), TARGET_HEADERS, "github"),
+        "",
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     rows = results["rows"]
-    gpu = m["gpu"] or "no GPU"
-    vendor = vendor_label(m)
-    begin, end = docs_markers(vendor)
+    device = results.get("device", "cpu")
+    vendor = section_label(m, device)
+    begin, end = docs_markers(vendor, device)
+    if device == "cuda":
+        ran_on = f"{cpu_line(m)}, GPU {gpu_line(m)}; models, inputs and optimizer "
+        ran_on += "state on the GPU, every clock read after torch.cuda.synchronize()"
+    else:
+        ran_on = f"{cpu_line(m)}, {m['gpu'] or 'no GPU'}"
+        ran_on += f"; memory read {m.get('read_gbps', '-')} GB/s"
     parts = [
         begin,
-        f"## Side by side on {vendor}: eager, Inductor and max_backend",
+        f"## Side by side on {heading_name(m, device)}: eager, Inductor and "
+        "max_backend",
         "",
         f"`{results['command']}`, {results['duration_s'] / 60:.0f} minutes on "
-        f"{cpu_line(m)}, {gpu}; memory read {m.get('read_gbps', '-')} GB/s; "
-        f"vendor BLAS: {m.get('vendor_blas', '-')}; "
+        f"{ran_on}; vendor BLAS: {m.get('vendor_blas', '-')}; "
         f"torch {m['torch']}, max {m['max']}, Python {m['python']}.",
         "",
         "Each row is one fresh process: the first call (compile and one run; "
@@ -240,10 +264,7 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"![speedup over eager on {vendor}]({chart_name(vendor)})",
         "",
-        "### Performance targets",
-        "",
-        tabulate(targets(rows, results["overhead"], vendor), TARGET_HEADERS, "github"),
-        "",
+        *_targets_part(results, vendor),
         end,
     ]
     return "\n".join(parts)
@@ -251,8 +272,11 @@ def markdown(results: dict[str, Any]) -> str:
 
 def write_docs(results: dict[str, Any], docs: Path) -> None:
     """Replace this CPU vendor's suite section of docs/benchmarks.md and
-    redraw its chart; the other vendor's stay."""
-    vendor = vendor_label(results["machine"])
-    chart(results["rows"], docs / chart_name(vendor))
-    begin, end = docs_markers(vendor)
+    redraw its chart; the other vendor's stay. A GPU run (``device`` cuda)
+    replaces the GPU's section and chart, leaving both vendors'."""
+    device = results.get("device", "cpu")
+    vendor = section_label(results["machine"], device)
+    where = "GPU" if device == "cuda" else "CPU"
+    chart(results["rows"], docs / chart_name(vendor), where)
+    begin, end = docs_markers(vendor, device)
     replace_section(docs / "benchmarks.md", begin, end, markdown(results))

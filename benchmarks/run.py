@@ -18,7 +18,10 @@ median process: a VM whose speed drifts by half from one process to the
 next (docs/benchmarks.md) otherwise decides a ratio by which backend drew
 the slow minute. Results: a table on the terminal,
 JSON (``--json``), and with ``--docs`` this CPU vendor's section of
-docs/benchmarks.md and its chart, docs/speedup-<vendor>.png.
+docs/benchmarks.md and its chart, docs/speedup-<vendor>.png. With
+``--device cuda`` the models, inputs and optimizer state live on the GPU
+(every clock read after torch.cuda.synchronize()), and ``--docs`` writes the
+GPU's section (docs/speedup-gpu.png), leaving the CPU vendors' alone.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from benchmarks import bandwidth, cases, report
+from benchmarks import bandwidth, cases, device, report
 from benchmarks.child import ChildFailed, child_json, turn_order
 from benchmarks.docs_sections import command_line, vendor_label
 from benchmarks.machine import cpu_line, machine, product_timings_carried
@@ -46,10 +49,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ("eager", "inductor", "max")
 
 
-def _child(case: str, backend: str, runs: int, seconds: float, warm: bool) -> None:
+def _child(
+    case: str, backend: str, runs: int, seconds: float, warm: bool, where: str
+) -> None:
     """Measure one case on one backend in this (fresh) process; print JSON."""
     figures = cases.measure(
-        case, backend, runs=runs, max_seconds=seconds, first_call_only=warm
+        case,
+        backend,
+        runs=runs,
+        max_seconds=seconds,
+        first_call_only=warm,
+        device=where,
     )
     print(json.dumps(figures), flush=True)
 
@@ -101,6 +111,7 @@ def measure(case: str, backends: list[str], args: argparse.Namespace) -> list[di
     empty caches with ``--caches cold``; later ones load what it stored),
     then one more process per compiled backend for the warm compile."""
     child = ["--runs", str(args.runs), "--seconds", str(args.seconds)]
+    child += device.child_args(args.device)
     cold = args.caches == "cold"
     processes: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
     failed: dict[str, str] = {}
@@ -109,7 +120,11 @@ def measure(case: str, backends: list[str], args: argparse.Namespace) -> list[di
         for backend in backends:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-"))
             caches[backend] = Path(tmp) if cold else None
-            stack.enter_context(product_timings_carried(caches[backend]))
+            # Product timings are the CPU's: a GPU run has none to carry.
+            cpu = args.device == "cpu"
+            stack.enter_context(
+                product_timings_carried(caches[backend] if cpu else None)
+            )
         for round_index in range(args.repeat):
             for backend in turn_order(backends, round_index):
                 if backend in failed:
@@ -173,13 +188,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument(
         "--docs", action="store_true", help="rewrite docs/benchmarks.md and the chart"
     )
+    device.add_argument(parser)
     parser.add_argument("--child", nargs=2, metavar=("CASE", "BACKEND"))
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--overhead", action="store_true")
     args = parser.parse_args(argv)
 
     if args.child:
-        _child(*args.child, args.runs, args.seconds, args.warm)
+        _child(*args.child, args.runs, args.seconds, args.warm, args.device)
         return
     if args.overhead:
         from benchmarks.call_overhead import measure as measure_overhead
@@ -200,21 +216,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         if name not in BACKENDS:
             parser.error(f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
 
+    device.check_available(parser, args.device)
+
     start = time.perf_counter()
     here = machine()
-    read = bandwidth.measure()
-    here["read_gbps"] = round(read["gbps"], 1)
-    print(
-        f"machine: {cpu_line(here)}; memory read {read['gbps']:.1f} GB/s; "
-        f"vendor BLAS: {here['vendor_blas']}",
-        flush=True,
-    )
+    if args.device == "cuda":
+        # The CPU's memory bandwidth bounds nothing the GPU runs.
+        print(
+            f"machine: {cpu_line(here)}; GPU: {device.gpu_line(here)}; "
+            f"vendor BLAS: {here['vendor_blas']}",
+            flush=True,
+        )
+    else:
+        read = bandwidth.measure()
+        here["read_gbps"] = round(read["gbps"], 1)
+        print(
+            f"machine: {cpu_line(here)}; memory read {read['gbps']:.1f} GB/s; "
+            f"vendor BLAS: {here['vendor_blas']}",
+            flush=True,
+        )
     rows = []
     for name in models:
         for row in measure(name, backends, args):
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows.append(row)
-    call = overhead(args)
+    # The tiny graph's overhead is a CPU figure, for the CPU vendors' targets.
+    call = overhead(args) if args.device == "cpu" else None
     results = {
         "machine": here,
         "command": command_line("benchmarks.run", argv),
@@ -223,10 +250,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "rows": rows,
         "overhead": call,
     }
+    if args.device != "cpu":
+        results["device"] = args.device
     print(tabulate(report.table(rows), headers=report.HEADERS, tablefmt="simple"))
     print()
-    targets = report.targets(rows, call, vendor_label(here))
-    print(tabulate(targets, headers=report.TARGET_HEADERS))
+    if args.device == "cpu":
+        targets = report.targets(rows, call, vendor_label(here))
+        print(tabulate(targets, headers=report.TARGET_HEADERS))
+    else:
+        print("performance targets: the CPU vendors' alone")
     print(f"\nduration: {results['duration_s'] / 60:.1f} min")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
