@@ -5,11 +5,11 @@
 # kernels/mojo_tiled does for products. The rows of a tile are read straight
 # from the channels-last input, so no im2col matrix is written and read back.
 # On an AMD EPYC Zen 3 (AVX2) MAX 26.7's conv2d ran ResNet-18's 64- and
-# 128-channel 3x3 layers at 31-63 GFLOP/s and this kernel at 83-90
+# 128-channel 3x3 layers at 63 and 43 GFLOP/s and this kernel at 87 and 90
 # (docs/benchmarks.md, "Convolutions by our kernel").
 #
-# The input comes padded (by the graph), the filter as RSCF ([kh, kw, C, O], which is W
-# [K, N] for the product), the output channels-last.
+# The input comes padded (by the graph), the filter as RSCF ([kh, kw, C, O],
+# which is W [K, N] for the product), the output channels-last.
 
 import extensibility
 from extensibility import InputTensor, OutputTensor
