@@ -14,34 +14,25 @@ kernel is not yet timed there, so they keep MAX's.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from max.graph import TensorType, TensorValue, ops
 
 from ..kernels.library import CONV, custom
+from ..storage.bundle import host_cpu
 from .context import current
 from .kit import arg_tensor, is_static, node_arg, tensor_meta
+from .shapes import conv_out_size
 from .transposed_conv import pair
 
 KERNEL = "torch_max_backend_tiled_conv2d"
 
 
-@functools.cache
 def cpu_has_avx512() -> bool:
-    """Whether this machine's CPU has AVX-512 (Linux's /proc/cpuinfo; False
-    where it cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return "avx512f" in value.split()
-    return False
+    """Whether this machine's CPU has AVX-512 (False where its flags cannot
+    be read)."""
+    return "avx512f" in host_cpu()[1]
 
 
 def tiled_conv_fits(node: torch.fx.Node) -> str | None:
@@ -81,9 +72,8 @@ def tiled_conv2d(
     image = twins.channels_last(input)
     if ph or pw:
         image = ops.pad(image, [0, 0, ph, ph, pw, pw, 0, 0])
-    height, width = int(image.shape[1]), int(image.shape[2])
-    out_h = (height - dh * (kh - 1) - 1) // sh + 1
-    out_w = (width - dw * (kw - 1) - 1) // sw + 1
+    out_h = conv_out_size(int(input.shape[2]), kh, sh, ph, dh)
+    out_w = conv_out_size(int(input.shape[3]), kw, sw, pw, dw)
     filters = ops.permute(weight, [2, 3, 1, 0])  # RSCF: W [K, N] of the product
     shape = [image.shape[0], out_h, out_w, out_channels]
     (out,) = custom(

@@ -154,3 +154,11 @@ def storage_order(meta: torch.Tensor) -> list[int] | None:
             return None
         expected *= sizes[d]
     return order
+
+
+def conv_out_size(
+    size: SizeLike, kernel: int, stride: int, padding: int, dilation: int
+) -> SizeLike:
+    """An output size of a convolution along one spatial axis (torch's formula),
+    an expression of the input's when that is symbolic."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1

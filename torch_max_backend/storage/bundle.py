@@ -19,6 +19,7 @@ damaged.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -76,18 +77,29 @@ def cpu_target() -> str:
     virtual = driver.get_virtual_cpu_target()
     if virtual:
         return virtual
-    model = flags = ""
+    model, flags = host_cpu()
+    if model is None:
+        model = platform.processor()
+    digest = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12]
+    return f"{platform.machine()} {model or 'unknown CPU'} (features {digest})"
+
+
+@functools.cache
+def host_cpu() -> tuple[str | None, tuple[str, ...]]:
+    """This machine's CPU model name ("" where not named) and feature flags,
+    sorted, from Linux's /proc/cpuinfo (its first processor); None and no
+    flags where that cannot be read."""
+    model, flags = "", ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "model name" and not model:
                 model = value.strip()
             elif key.strip() in ("flags", "Features") and not flags:
-                flags = " ".join(sorted(value.split()))
+                flags = value
     except OSError:
-        model = platform.processor()
-    digest = hashlib.sha256(flags.encode()).hexdigest()[:12]
-    return f"{platform.machine()} {model or 'unknown CPU'} (features {digest})"
+        return None, ()
+    return model, tuple(sorted(flags.split()))
 
 
 def device_target(name: str) -> str:

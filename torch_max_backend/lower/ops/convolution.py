@@ -17,7 +17,7 @@ from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
 from ..opmath import accumulated
 from ..products import product
 from ..registry import Strategy, lowering_strategies
-from ..shapes import SizeLike, static_size
+from ..shapes import SizeLike, conv_out_size, static_size
 from ..transposed_conv import over_unit_height, pair, per_axis, transposed_conv2d
 
 aten = torch.ops.aten
@@ -91,14 +91,6 @@ def _size_like(dim: Dim) -> SizeLike:
     return dim if size is None else size
 
 
-def _out_size(
-    size: SizeLike, kernel: int, stride: int, padding: int, dilation: int
-) -> SizeLike:
-    """An output size of a convolution along one spatial axis (torch's formula),
-    an expression of the input's when that is symbolic."""
-    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-
-
 def _conv2d_as_matmul(
     input: TensorValue,
     weight: TensorValue,
@@ -112,8 +104,8 @@ def _conv2d_as_matmul(
     torch's OIHW layout as it is: the filter is not permuted."""
     out_channels, channels, kh, kw = (int(d) for d in weight.shape)
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    out_h = _out_size(_size_like(input.shape[2]), kh, sh, ph, dh)
-    out_w = _out_size(_size_like(input.shape[3]), kw, sw, pw, dw)
+    out_h = conv_out_size(_size_like(input.shape[2]), kh, sh, ph, dh)
+    out_w = conv_out_size(_size_like(input.shape[3]), kw, sw, pw, dw)
     ctx = current()
     # A channels-last twin is read as it is, instead of permuted back.
     twin = ctx.twins.twin(input)
