@@ -103,10 +103,15 @@ def test_gradients_through_the_tiled_kernel_match_eager(graph_texts):
     assert forward.count(f'"{KERNEL}"') == 2
 
 
-def _strategy(fn, *args: torch.Tensor) -> str | None:
+def _conv_node(fn, *args: torch.Tensor) -> torch.fx.Node:
     register_families()
     gm = make_fx(fn, tracing_mode="fake")(*args)
     (node,) = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
+    return node
+
+
+def _strategy(fn, *args: torch.Tensor) -> str | None:
+    node = _conv_node(fn, *args)
     return strategy_for(MAPPING_TORCH_ATEN_TO_MAX[node.target], node)
 
 
@@ -118,10 +123,10 @@ def test_where_the_tiled_kernel_is_not_taken(monkeypatch):
     grouped = torch.zeros(8, 2, 3, 3)
     assert _strategy(lambda a, b: F.conv2d(a, b, groups=2), x, grouped) == "direct"
     assert _strategy(F.conv2d, x[..., :10, :10], w) == "im2col_matmul"
-    reason = conv_kernel.tiled_conv_fits
-    gm = make_fx(F.conv2d, tracing_mode="fake")(x.double(), w.double())
-    (node,) = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
-    assert reason(node) == "torch.float64 (the kernel takes float32)"
+    node = _conv_node(F.conv2d, x.double(), w.double())
+    assert (
+        conv_kernel.tiled_conv_fits(node) == "torch.float64 (the kernel takes float32)"
+    )
     # A CPU with AVX-512 keeps MAX's conv2d.
     monkeypatch.setattr(conv_kernel, "cpu_has_avx512", lambda: True)
     assert _strategy(F.conv2d, x, w) == "direct"
