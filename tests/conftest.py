@@ -87,20 +87,25 @@ def graph_texts(built_graphs: BuiltGraphs) -> Callable[[], list[str]]:
 def fixed_product_rules(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
-    """Products are built by the fixed rules, never by a timing: a graph's
-    text (and so the compiled graphs the suite shares through MAX's cache)
-    must not change with how busy the machine was when a shape was timed.
-    Tests of the measured choice are marked ``measured_products``."""
-    from torch_max_backend.lower import product_choice
+    """Products and convolutions are built by the fixed rules, never by a
+    timing: a graph's text (and so the compiled graphs the suite shares
+    through MAX's cache) must not change with how busy the machine was when
+    a shape was timed. Tests of the measured choice are marked
+    ``measured_products``."""
+    from torch_max_backend.lower import conv_choice, product_choice
 
     if request.node.get_closest_marker("measured_products"):
         product_choice.set_product_strategy("auto")
+        conv_choice.set_conv_strategy("auto")
         yield
         return
     monkeypatch.setenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY", "rule")
+    monkeypatch.setenv("TORCH_MAX_BACKEND_CONV_STRATEGY", "rule")
     product_choice.set_product_strategy("rule")
+    conv_choice.set_conv_strategy("rule")
     yield
     product_choice.set_product_strategy("rule")
+    conv_choice.set_conv_strategy("rule")
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from torch_max_backend import explain
-from torch_max_backend.lower import conv_kernel
+from torch_max_backend.lower import conv_choice
 
 
 class Convs(torch.nn.Module):
@@ -32,7 +32,7 @@ def test_explain_shows_the_strategy_each_convolution_gets(max_calls):
     (conv,) = [op for op in graph.ops if op.op == "aten.convolution.default"]
     assert conv.on_max and conv.count == 4
     assert conv.strategies == {
-        "direct" if conv_kernel.cpu_has_avx512() else "tiled": 1,
+        "direct" if conv_choice.cpu_has_avx512() else "tiled": 1,
         "im2col_matmul": 1,
         "transposed": 1,
         "conv3d": 1,

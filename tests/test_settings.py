@@ -17,6 +17,7 @@ def test_defaults_options_and_env_precedence(monkeypatch):
     monkeypatch.delenv("TORCH_MAX_BACKEND_PROFILE", raising=False)
     monkeypatch.delenv("PYTORCH_MAX_BACKEND_PROFILE", raising=False)
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY", raising=False)
+    monkeypatch.delenv("TORCH_MAX_BACKEND_CONV_STRATEGY", raising=False)
     monkeypatch.delenv("TORCH_MAX_BACKEND_UPGRADE_PRODUCTS", raising=False)
     assert Settings.resolve() == Settings(verbose=False, profile=False)
     assert Settings.resolve({"verbose": True}).verbose

@@ -27,6 +27,7 @@ from .lower.builder import (
     graph_fingerprint,
     rewritten,
 )
+from .lower.conv_choice import set_conv_strategy
 from .lower.families import register_families
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
@@ -251,6 +252,7 @@ def max_backend(
     register_families()
     settings = Settings.resolve(options, mode)
     set_product_strategy(settings.product_strategy)
+    set_conv_strategy(settings.conv_strategy)
     compiler = functools.partial(compile_aten_graph, settings=settings)
     backend = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),

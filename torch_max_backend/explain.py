@@ -22,6 +22,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .errors import MaxCompilerError
 from .lower.builder import build_graph, is_size_arithmetic, strategy_of
+from .lower.conv_choice import set_conv_strategy
 from .lower.families import register_families
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
@@ -181,6 +182,7 @@ def explain(
     settings = Settings.resolve(options)
     # The strategies it shows are those a compile with ``options`` builds.
     set_product_strategy(settings.product_strategy)
+    set_conv_strategy(settings.conv_strategy)
     report = ExplainReport()
     ids = itertools.count()
 

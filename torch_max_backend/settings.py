@@ -72,6 +72,10 @@ PRODUCT_STRATEGIES = (
     "tiled",
     "streamed",
 )
+# How a convolution is built (lower/conv_choice.py): our tiled kernel or MAX's
+# conv2d timed per machine and shape, the fixed rules, or one strategy
+# wherever it fits.
+CONV_STRATEGIES = ("auto", "rule", "im2col_matmul", "tiled", "direct")
 
 
 def check_mode(mode: str | None) -> None:
@@ -147,6 +151,15 @@ class Settings:
             builds every product it fits that way
             (lower/product_choice.py). Process-wide: the latest compile's
             value applies.
+        conv_strategy: how each 2-d (and 1-d) convolution is built:
+            ``"auto"`` times our register-tiled kernel against MAX's conv2d
+            once per machine and shape where both fit (float32 on the CPU,
+            outputs over 16x16 pixels) and keeps the faster in the storage
+            cache; ``"rule"`` takes fixed rules without timing; a
+            strategy's name (``"im2col_matmul"``, ``"tiled"``, ``"direct"``)
+            builds every convolution it fits that way
+            (lower/conv_choice.py). Process-wide: the latest compile's
+            value applies.
         quiet_torch_threads: when a CPU graph is first compiled, make
             PyTorch's OpenMP threads (GNU OpenMP) sleep soon after each
             parallel region instead of spinning for milliseconds on the
@@ -179,6 +192,7 @@ class Settings:
     upgrade_products: bool = True
     huge_pages: bool = True
     product_strategy: str = "auto"
+    conv_strategy: str = "auto"
     quiet_torch_threads: bool = True
     idle_max_poller: bool = True
     rest_max_workers: bool = True
@@ -197,6 +211,7 @@ class Settings:
         "upgrade_products": ("TORCH_MAX_BACKEND_UPGRADE_PRODUCTS",),
         "huge_pages": ("TORCH_MAX_BACKEND_HUGE_PAGES",),
         "product_strategy": ("TORCH_MAX_BACKEND_PRODUCT_STRATEGY",),
+        "conv_strategy": ("TORCH_MAX_BACKEND_CONV_STRATEGY",),
         "quiet_torch_threads": ("TORCH_MAX_BACKEND_QUIET_TORCH_THREADS",),
         "idle_max_poller": ("TORCH_MAX_BACKEND_IDLE_MAX_POLLER",),
         "rest_max_workers": ("TORCH_MAX_BACKEND_REST_MAX_WORKERS",),
@@ -237,10 +252,10 @@ class Settings:
                 listed = _env_list(*names)
                 if listed is not None:
                     values[key] = frozenset(op_name(n) for n in listed)
-            elif key == "product_strategy":
+            elif key in _STRATEGY_OPTIONS:
                 found = _first_set(names)
                 if found is not None:
-                    values[key] = _product_strategy(found[1].strip(), found[0])
+                    values[key] = _strategy(key, found[1].strip(), found[0])
             elif key == "background_compile":
                 found = _first_set(names)
                 if found is not None:
@@ -285,8 +300,8 @@ def _option(key: str, value: object) -> object:
                 f"got {type(value).__name__} {value!r}"
             )
         return value
-    if key == "product_strategy":
-        return _product_strategy(value, "option 'product_strategy'")
+    if key in _STRATEGY_OPTIONS:
+        return _strategy(key, value, f"option {key!r}")
     if key == "background_compile" and value == BACKGROUND_UPDATES:
         return value
     if key == "torch_executed_ops":
@@ -305,11 +320,19 @@ def _option(key: str, value: object) -> object:
     return value
 
 
-def _product_strategy(value: object, where: str) -> str:
-    if not isinstance(value, str) or value not in PRODUCT_STRATEGIES:
+# The options that name a strategy: what each is called in errors, its names.
+_STRATEGY_OPTIONS = {
+    "product_strategy": ("product", PRODUCT_STRATEGIES),
+    "conv_strategy": ("convolution", CONV_STRATEGIES),
+}
+
+
+def _strategy(key: str, value: object, where: str) -> str:
+    what, known = _STRATEGY_OPTIONS[key]
+    if not isinstance(value, str) or value not in known:
         raise ValueError(
-            f"torch-max-backend {where}={value!r} is not a product strategy; "
-            f"use one of {', '.join(PRODUCT_STRATEGIES)}"
+            f"torch-max-backend {where}={value!r} is not a {what} strategy; "
+            f"use one of {', '.join(known)}"
         )
     return value
 

@@ -12,8 +12,9 @@ from torch_max_backend.storage import product_choices
 
 @pytest.fixture
 def choice_table(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[None]:
-    """An empty table of timed product choices, in a directory of the test's
-    own (MAX's own cache stays: the timing graphs compile once per machine)."""
+    """An empty table of timed product and convolution choices, in a
+    directory of the test's own (MAX's own cache stays: the timing graphs
+    compile once per machine)."""
     monkeypatch.setattr(product_choices, "own_cache_dir", lambda: tmp_path)
     monkeypatch.setattr(product_choice, "_table", None)
     yield

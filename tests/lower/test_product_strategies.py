@@ -154,14 +154,14 @@ def test_a_measured_choice_is_timed_once_and_reread(monkeypatch, choice_table):
     assert strategy_for(lower, node) == "matmul"
     assert len(timed) == 1 and timed[0][:4] == (8, 512, 768, True)
     # A second process reads the table from disk and times nothing.
-    path = product_choice._choices().path
+    path = product_choice.choices_here().path
     monkeypatch.setattr(product_choice, "_table", None)
     assert strategy_for(lower, node) == "matmul"
     assert len(timed) == 1
     saved = json.loads(path.read_text())
     (key,) = saved["choices"]
     assert saved["choices"][key]["choice"] == "matmul"
-    assert saved["machine"] == product_choice._choices().identity
+    assert saved["machine"] == product_choice.choices_here().identity
     # Another machine's table is another file: nothing is reused.
     other = product_choices.ProductChoices("another CPU; 2 cores; mkl")
     assert other.path != path and other.get(key) is None
@@ -187,7 +187,7 @@ def test_a_bfloat16_product_is_timed_in_bfloat16(monkeypatch, choice_table):
     (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
     assert strategy_for(MAPPING_TORCH_ATEN_TO_MAX[node.target], node) == "vendor"
     assert timed == [(64, 512, 768, True, ("matmul", "vendor"), torch.bfloat16)]
-    (key,) = json.loads(product_choice._choices().path.read_text())["choices"]
+    (key,) = json.loads(product_choice.choices_here().path.read_text())["choices"]
     assert "bfloat16" in key
     # The float32 product of the same sizes is another entry, timed apart.
     as_float32 = product_choice.ProductShape(64, 512, 768, weight_nk=True)
@@ -215,7 +215,7 @@ def test_real_timing_checks_each_form_and_keeps_the_fastest(choice_table):
     shape = product_choice.ProductShape(rows=4, k=256, n=2304, weight_nk=True)
     best = product_choice.measured(shape, ["skinny", "matmul", "vendor"])
     assert best in ("skinny", "matmul", "vendor")
-    entry = product_choice._choices().get(shape.key(["skinny", "matmul", "vendor"]))
+    entry = product_choice.choices_here().get(shape.key(["skinny", "matmul", "vendor"]))
     assert entry["choice"] == best
     assert set(entry["us"]) == {"skinny", "matmul", "vendor"}
     assert all(t > 0 for t in entry["us"].values())

@@ -141,7 +141,7 @@ def test_graphs_that_outgrow_the_cache_time_their_products_streamed(
     finally:
         product_choice.set_product_strategy("rule")
     assert asked == [True]
-    keys = list(product_choice._choices()._loaded())
+    keys = list(product_choice.choices_here()._loaded())
     assert len(keys) == 1 and " kn streamed " in keys[0]
 
 

@@ -10,18 +10,20 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torch_max_backend import explain, max_backend
-from torch_max_backend.lower import conv_kernel
+from torch_max_backend.lower import conv_choice, conv_kernel
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 
 aten = torch.ops.aten
 KERNEL = conv_kernel.KERNEL
 
-if conv_kernel.cpu_has_avx512():
-    pytest.skip(
-        "this CPU has AVX-512: convolutions keep MAX's conv2d here",
-        allow_module_level=True,
-    )
+
+@pytest.fixture(autouse=True)
+def tiled_convolutions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every convolution the kernel fits takes it, on any CPU (the suite's
+    rule gives it MAX's conv2d on one with AVX-512)."""
+    monkeypatch.setenv("TORCH_MAX_BACKEND_CONV_STRATEGY", "tiled")
+    conv_choice.set_conv_strategy("tiled")
 
 
 def _convolutions(
@@ -116,6 +118,8 @@ def _strategy(fn, *args: torch.Tensor) -> str | None:
 
 
 def test_where_the_tiled_kernel_is_not_taken(monkeypatch):
+    conv_choice.set_conv_strategy("rule")
+    monkeypatch.setattr(conv_choice, "cpu_has_avx512", lambda: False)
     x, w = torch.zeros(1, 4, 20, 20), torch.zeros(8, 4, 3, 3)
     assert _strategy(F.conv2d, x, w) == "tiled"
     # Other dtypes, grouped filters and small outputs go elsewhere.
@@ -127,6 +131,6 @@ def test_where_the_tiled_kernel_is_not_taken(monkeypatch):
     assert (
         conv_kernel.tiled_conv_fits(node) == "torch.float64 (the kernel takes float32)"
     )
-    # A CPU with AVX-512 keeps MAX's conv2d.
-    monkeypatch.setattr(conv_kernel, "cpu_has_avx512", lambda: True)
+    # By the rule, a CPU with AVX-512 keeps MAX's conv2d.
+    monkeypatch.setattr(conv_choice, "cpu_has_avx512", lambda: True)
     assert _strategy(F.conv2d, x, w) == "direct"

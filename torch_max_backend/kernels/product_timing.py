@@ -30,6 +30,7 @@ and the slowest once the weight came from memory (docs/benchmarks.md,
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import threading
@@ -191,17 +192,39 @@ def time_forms(
                     f"product form {form!r} disagrees with {forms[0]!r} at "
                     f"[{rows}, {k}] x {'[n, k]' if weight_nk else '[k, n]'} n={n}"
                 )
-        samples: dict[str, list[float]] = {form: [] for form in forms}
-        started = time.perf_counter()
-        rounds = calls = 0
-        while rounds < _MIN_ROUNDS or time.perf_counter() - started < _BUDGET_S:
-            for form, model in models.items():
-                inputs = [x_buffer, weights[calls % len(weights)]]
-                calls += 1
-                begin = time.perf_counter()
-                model._execute_device_tensors(inputs)
-                samples[form].append((time.perf_counter() - begin) * 1e6)
-            rounds += 1
-            if rounds >= 200:
-                break
-        return {form: statistics.median(times) for form, times in samples.items()}
+        copies = itertools.cycle(weights)
+        return interleaved_medians(
+            {
+                form: lambda model=model: model._execute_device_tensors(
+                    [x_buffer, next(copies)]
+                )
+                for form, model in models.items()
+            },
+            _MIN_ROUNDS,
+            _BUDGET_S,
+            max_rounds=200,
+        )
+
+
+def interleaved_medians(
+    runs: dict[str, Callable[[], object]],
+    min_rounds: int,
+    budget_s: float,
+    max_rounds: int,
+) -> dict[str, float]:
+    """Median microseconds of each of ``runs``, called in turn round after
+    round, so that a machine whose speed drifts favours none of them: at
+    least ``min_rounds`` rounds, more while ``budget_s`` lasts, at most
+    ``max_rounds``."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    started = time.perf_counter()
+    rounds = 0
+    while rounds < min_rounds or (
+        rounds < max_rounds and time.perf_counter() - started < budget_s
+    ):
+        for name, run in runs.items():
+            begin = time.perf_counter()
+            run()
+            samples[name].append((time.perf_counter() - begin) * 1e6)
+        rounds += 1
+    return {name: statistics.median(times) for name, times in samples.items()}

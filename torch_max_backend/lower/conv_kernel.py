@@ -5,11 +5,11 @@ filter as RSCF, and writes the output channels-last: the layouts of MAX's
 own conv2d, so the convolution keeps its channels-last twin
 (lower/layout.py) for the next layer as the direct strategy does.
 
-Where it is chosen: on a CPU without AVX-512 it ran ResNet-18's 64- and
-128-channel layers 1.4-2.1x faster than MAX 26.7's conv2d (AMD EPYC Zen 3,
-docs/benchmarks.md, "Convolutions by our kernel"). On the AVX-512 machines
-measured before, MAX's conv2d ran those layers at PyTorch's speed, and this
-kernel is not yet timed there, so they keep MAX's.
+Where it is chosen: against MAX's conv2d, by a timing once per machine and
+shape (lower/conv_choice.py). On a CPU without AVX-512 it ran ResNet-18's
+64- and 128-channel layers 1.4-2.1x faster than MAX 26.7's conv2d (AMD EPYC
+Zen 3, docs/benchmarks.md, "Convolutions by our kernel"); on the AVX-512
+machines measured before, MAX's conv2d ran those layers at PyTorch's speed.
 """
 
 from __future__ import annotations
@@ -17,27 +17,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from max.graph import TensorType, TensorValue, ops
+from max.graph import TensorValue, ops
 
-from ..kernels.library import CONV, custom
-from ..storage.bundle import host_cpu
+from ..kernels.tiled_conv import KERNEL as KERNEL
+from ..kernels.tiled_conv import tiled_conv
 from .context import current
 from .kit import arg_tensor, is_static, node_arg, tensor_meta
-from .shapes import conv_out_size
 from .transposed_conv import pair
-
-KERNEL = "torch_max_backend_tiled_conv2d"
-
-
-def cpu_has_avx512() -> bool:
-    """Whether this machine's CPU has AVX-512 (False where its flags cannot
-    be read)."""
-    return "avx512f" in host_cpu()[1]
 
 
 def tiled_conv_fits(node: torch.fx.Node) -> str | None:
-    """Ungrouped float32 1-d and 2-d convolutions on a CPU without AVX-512,
-    with static channel, filter and spatial sizes."""
+    """Ungrouped float32 1-d and 2-d convolutions on the CPU with static
+    channel, filter and spatial sizes (chosen against MAX's conv2d by a
+    timing, or by conv_strategy)."""
     weight, out = arg_tensor(node, 1, "weight"), tensor_meta(node)
     if node_arg(node, 6, "transposed", False) or weight.dim() not in (3, 4):
         return "not a 1-d or 2-d convolution"
@@ -49,8 +41,6 @@ def tiled_conv_fits(node: torch.fx.Node) -> str | None:
         return "grouped"
     if not is_static((*weight.shape, *arg_tensor(node, 0, "input").shape[1:])):
         return "symbolic channel, filter or spatial sizes"
-    if cpu_has_avx512():
-        return "a CPU with AVX-512 (MAX's conv2d is as fast as PyTorch's there)"
     return None
 
 
@@ -67,23 +57,12 @@ def tiled_conv2d(
 ) -> TensorValue:
     """convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor"""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride, 1), pair(padding, 0), pair(dilation, 1)
-    out_channels, _, kh, kw = (int(d) for d in weight.shape)
     twins = current().twins  # channels-last values kept between ops
     image = twins.channels_last(input)
     if ph or pw:
         image = ops.pad(image, [0, 0, ph, ph, pw, pw, 0, 0])
-    out_h = conv_out_size(int(input.shape[2]), kh, sh, ph, dh)
-    out_w = conv_out_size(int(input.shape[3]), kw, sw, pw, dw)
     filters = ops.permute(weight, [2, 3, 1, 0])  # RSCF: W [K, N] of the product
-    shape = [image.shape[0], out_h, out_w, out_channels]
-    (out,) = custom(
-        CONV,
-        KERNEL,
-        [image, filters],
-        [TensorType(image.dtype, shape, image.device)],
-        image.device,
-        {"stride_h": sh, "stride_w": sw, "dilation_h": dh, "dilation_w": dw},
-    )
+    out = tiled_conv(image, filters, (sh, sw), (dh, dw))
     if bias is not None:
         out = ops.add(out, bias)
     return twins.channels_first(out)

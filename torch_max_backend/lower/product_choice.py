@@ -143,48 +143,67 @@ def weights_stream(graph: torch.fx.Graph) -> bool:
     return held > cache
 
 
-def _choices() -> ProductChoices:
+def choices_here() -> ProductChoices:
+    """This machine's table of timed choices (products and convolutions)."""
     global _table
     if _table is None:
         _table = ProductChoices(machine_identity(vendor_blas.describe()))
     return _table
 
 
-def measured(shape: ProductShape, forms: list[str]) -> str | None:
-    """The fastest of ``forms`` for ``shape`` here, timed on first use; None
+def timed_choice(
+    what: str,
+    key: str,
+    forms: Sequence[str],
+    timing: Callable[[], dict[str, float]],
+) -> str | None:
+    """The fastest of ``forms`` for the ``what`` (products, convolutions)
+    under ``key`` here: read from this machine's table, else timed by
+    ``timing`` (medians in microseconds, a form each) and recorded; None
     when timing failed (the rules decide then)."""
-    table = _choices()
-    key = shape.key(forms)
+    table = choices_here()
     entry = table.get(key)
     if entry is not None and entry["choice"] in forms:
         return entry["choice"]
-    from ..kernels.product_timing import time_forms
-
     try:
         # Asked for inside AOTAutograd's fake mode too (the fingerprint,
         # capability checks), where torch would make the operands fake.
         with unset_fake_temporarily():
-            times = time_forms(
-                shape.rows,
-                shape.k,
-                shape.n,
-                shape.weight_nk,
-                forms,
-                shape.streamed,
-                dtype=shape.dtype,
-            )
+            times = timing()
     except Exception as e:  # a failed timing must not fail the compile
-        _log.warning("torch-max-backend: could not time products %s: %s", key, e)
+        _log.warning("torch-max-backend: could not time %s %s: %s", what, key, e)
         return None
     best = min(times, key=times.__getitem__)
     _log.info(
-        "torch-max-backend: product %s: %s (%s)",
+        "torch-max-backend: %s %s: %s (%s)",
+        what,
         key,
         best,
         ", ".join(f"{f} {t:.0f} us" for f, t in times.items()),
     )
     table.put(key, best, times)
     return best
+
+
+def measured(shape: ProductShape, forms: list[str]) -> str | None:
+    """The fastest of ``forms`` for ``shape`` here, timed on first use; None
+    when timing failed (the rules decide then)."""
+    from ..kernels.product_timing import time_forms
+
+    return timed_choice(
+        "products",
+        shape.key(forms),
+        forms,
+        lambda: time_forms(
+            shape.rows,
+            shape.k,
+            shape.n,
+            shape.weight_nk,
+            forms,
+            shape.streamed,
+            dtype=shape.dtype,
+        ),
+    )
 
 
 def choose_by_measurement(

@@ -1,8 +1,10 @@
-"""Which way of computing a matrix product was fastest on this machine, by shape.
+"""Which way of computing a matrix product (or a convolution) was fastest on
+this machine, by shape.
 
 The lowering times the candidate forms of a product once per machine and
-shape (lower/product_choice.py); the answers live here, in one small JSON
-table per machine under the storage cache, so that a second process reads
+shape (lower/product_choice.py), and those of a convolution
+(lower/conv_choice.py, keys starting "conv "); the answers live here, in one
+small JSON table per machine under the storage cache, so that a second process reads
 them instead of timing again. The machine is named by what decides the
 timings: the CPU target MAX compiles for (model and feature flags), the
 usable cores and the vendor library found. Another machine reads another

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from torch_max_backend import max_backend
-from torch_max_backend.lower import conv_kernel
+from torch_max_backend.lower import conv_choice, conv_kernel
 
-AVX512 = conv_kernel.cpu_has_avx512()
+AVX512 = conv_choice.cpu_has_avx512()
 TO_LAST = "0, 2, 3, 1"
 TO_FIRST = "0, 3, 1, 2"
 

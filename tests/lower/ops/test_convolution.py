@@ -14,7 +14,7 @@ from torch_max_backend import (
     UnsupportedOpsError,
     max_backend,
 )
-from torch_max_backend.lower import conv_kernel
+from torch_max_backend.lower import conv_choice
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import strategy_for, unsupported_reason
 
@@ -165,7 +165,7 @@ CASES = [
 def test_each_convolution_strategy_is_chosen_where_expected(
     monkeypatch, avx512, with_avx512, without, conv, inputs
 ):
-    monkeypatch.setattr(conv_kernel, "cpu_has_avx512", lambda: avx512)
+    monkeypatch.setattr(conv_choice, "cpu_has_avx512", lambda: avx512)
     expected = with_avx512 if avx512 else without
     register_families()
     lower = MAPPING_TORCH_ATEN_TO_MAX[torch.ops.aten.convolution.default]

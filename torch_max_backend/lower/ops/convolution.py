@@ -11,6 +11,7 @@ from max.graph import Dim, TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
 from ..context import current
+from ..conv_choice import choose_conv
 from ..conv_columns import windows
 from ..conv_kernel import tiled_conv2d, tiled_conv_fits
 from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
@@ -361,4 +362,6 @@ convolution = lowering_strategies(
             "direct", _over_unit_height(direct_conv2d)
         ),  # MAX's conv2d kernel: the rest
     ],
+    # Our kernel or MAX's conv2d, where both fit: timed per machine and shape.
+    choose=choose_conv,
 )
