@@ -118,3 +118,27 @@ def test_switches_on_by_default_from_options_and_env(monkeypatch, option, variab
     assert getattr(Settings.resolve({option: True}), option) is False
     with pytest.raises(TypeError, match=f"'{option}' must be a bool"):
         Settings.resolve({option: 1})
+
+
+@pytest.mark.parametrize(
+    ("option", "what", "named", "other", "unknown"),
+    [
+        ("product_strategy", "product", "vendor", "skinny", "fastest"),
+        ("conv_strategy", "convolution", "tiled", "direct", "winograd"),
+    ],
+)
+def test_strategy_options_and_environment(
+    monkeypatch, option, what, named, other, unknown
+):
+    variable = f"TORCH_MAX_BACKEND_{option.upper()}"
+    assert getattr(Settings.resolve({}), option) == "rule"  # the suite's pin
+    monkeypatch.delenv(variable)
+    assert getattr(Settings.resolve({}), option) == "auto"
+    assert getattr(Settings.resolve({option: named}), option) == named
+    monkeypatch.setenv(variable, other)  # the environment wins
+    assert getattr(Settings.resolve({option: named}), option) == other
+    with pytest.raises(ValueError, match=f"'{unknown}' is not a {what} strategy"):
+        Settings.resolve({option: unknown})
+    monkeypatch.setenv(variable, "blas")
+    with pytest.raises(ValueError, match=f"{variable}='blas'"):
+        Settings.resolve({})

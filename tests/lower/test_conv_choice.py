@@ -17,7 +17,6 @@ from torch_max_backend.lower import conv_choice, product_choice
 from torch_max_backend.lower.builder.fingerprint import graph_fingerprint
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
-from torch_max_backend.settings import Settings
 
 aten = torch.ops.aten
 # A 3x3 convolution with a 20x20 output: both kernels fit (outputs of at most
@@ -150,20 +149,6 @@ def test_explain_shows_the_forced_kernel(monkeypatch):
             op for op in report.graphs[0].ops if op.op == "aten.convolution.default"
         ]
         assert op.strategies == {forced: 1}
-
-
-def test_conv_strategy_option_and_environment(monkeypatch):
-    assert Settings.resolve({}).conv_strategy == "rule"  # the suite's pin
-    monkeypatch.delenv("TORCH_MAX_BACKEND_CONV_STRATEGY")
-    assert Settings.resolve({}).conv_strategy == "auto"
-    assert Settings.resolve({"conv_strategy": "tiled"}).conv_strategy == "tiled"
-    monkeypatch.setenv("TORCH_MAX_BACKEND_CONV_STRATEGY", "direct")
-    assert Settings.resolve({"conv_strategy": "tiled"}).conv_strategy == "direct"
-    with pytest.raises(ValueError, match="'winograd' is not a convolution strategy"):
-        Settings.resolve({"conv_strategy": "winograd"})
-    monkeypatch.setenv("TORCH_MAX_BACKEND_CONV_STRATEGY", "fft")
-    with pytest.raises(ValueError, match="TORCH_MAX_BACKEND_CONV_STRATEGY='fft'"):
-        Settings.resolve({})
 
 
 def test_strides_1_and_2_share_one_timing_graph():

@@ -17,7 +17,6 @@ from torch_max_backend.lower import product_choice
 from torch_max_backend.lower.builder.fingerprint import graph_fingerprint
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
-from torch_max_backend.settings import Settings
 from torch_max_backend.storage import product_choices
 
 from .product_layouts import (
@@ -265,20 +264,6 @@ def test_explain_shows_the_forced_strategy(monkeypatch):
         )
     (op,) = [op for op in report.graphs[0].ops if op.op == "aten.addmm.default"]
     assert op.strategies == {"skinny": 1}
-
-
-def test_product_strategy_option_and_environment(monkeypatch):
-    assert Settings.resolve({}).product_strategy == "rule"  # the suite's pin
-    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")
-    assert Settings.resolve({}).product_strategy == "auto"
-    assert Settings.resolve({"product_strategy": "vendor"}).product_strategy == "vendor"
-    monkeypatch.setenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY", "skinny")
-    assert Settings.resolve({"product_strategy": "vendor"}).product_strategy == "skinny"
-    with pytest.raises(ValueError, match="'fastest' is not a product strategy"):
-        Settings.resolve({"product_strategy": "fastest"})
-    monkeypatch.setenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY", "blas")
-    with pytest.raises(ValueError, match="TORCH_MAX_BACKEND_PRODUCT_STRATEGY='blas'"):
-        Settings.resolve({})
 
 
 def test_exported_graphs_take_no_vendor_path():
