@@ -25,17 +25,15 @@ the first form's before any is timed, and each keeps its median.
 from __future__ import annotations
 
 import threading
-import time
 
 import torch
-from max.driver import CPU, Buffer
-from max.engine import InferenceSession, Model
+from max.driver import Buffer
+from max.engine import Model
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
-from .. import logs
 from ..dtypes import to_max_dtype
-from .product_timing import interleaved_medians
+from .product_timing import interleaved_medians, load_timing_graph
 from .tiled_conv import tiled_conv
 
 FORMS = ("tiled", "direct")
@@ -43,9 +41,7 @@ FORMS = ("tiled", "direct")
 _MIN_ROUNDS = 3
 _BUDGET_S = 0.5
 
-_log = logs.get_logger("compile")
 _lock = threading.Lock()
-_session: InferenceSession | None = None
 
 Pair = tuple[int, int]
 # One kernel of a timing graph: its form, stride and dilation.
@@ -91,7 +87,6 @@ def _slots(stride: Pair, dilation: Pair) -> tuple[Slot, ...]:
 def _model(slots: tuple[Slot, ...]) -> Model:
     """The compiled graph of ``slots``, each a form with inputs and an output
     of its own (symbolic sizes), compiled or loaded once."""
-    global _session
     if slots not in _models:
         cpu = DeviceRef.CPU()
         operand = to_max_dtype(torch.float32)
@@ -112,15 +107,7 @@ def _model(slots: tuple[Slot, ...]) -> Model:
                     for i, (form, stride, dilation) in enumerate(slots)
                 )
             )
-        if _session is None:
-            _session = InferenceSession(devices=[CPU()])
-        started = time.perf_counter()
-        _models[slots] = _session.load(graph)
-        _log.info(
-            "torch-max-backend: convolution timing graph %s ready in %.1f s",
-            name,
-            time.perf_counter() - started,
-        )
+        _models[slots] = load_timing_graph(graph)
     return _models[slots]
 
 

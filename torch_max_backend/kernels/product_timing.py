@@ -113,7 +113,6 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
 
 def _model(form: str, weight_nk: bool, dtype: torch.dtype) -> Model:
     """The compiled graph of ``form`` (symbolic sizes), compiled or loaded once."""
-    global _session
     key = (form, weight_nk, dtype)
     if key not in _models:
         cpu = DeviceRef.CPU()
@@ -131,16 +130,24 @@ def _model(form: str, weight_nk: bool, dtype: torch.dtype) -> Model:
         ) as graph:
             x, w = (v.tensor for v in graph.inputs)
             graph.output(_builder(form)(x, w, weight_nk))
-        if _session is None:
-            _session = InferenceSession(devices=[CPU()])
-        started = time.perf_counter()
-        _models[key] = _session.load(graph)
-        _log.info(
-            "torch-max-backend: product timing graph %s ready in %.1f s",
-            graph.name,
-            time.perf_counter() - started,
-        )
+        _models[key] = load_timing_graph(graph)
     return _models[key]
+
+
+def load_timing_graph(graph: Graph) -> Model:
+    """``graph`` compiled (or loaded from MAX's cache) in the one session
+    every timing graph of this process shares."""
+    global _session
+    if _session is None:
+        _session = InferenceSession(devices=[CPU()])
+    started = time.perf_counter()
+    model = _session.load(graph)
+    _log.info(
+        "torch-max-backend: timing graph %s ready in %.1f s",
+        graph.name,
+        time.perf_counter() - started,
+    )
+    return model
 
 
 def _weight_copies(w: torch.Tensor, streamed: bool) -> list[Buffer]:

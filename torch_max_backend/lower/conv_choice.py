@@ -31,7 +31,7 @@ import torch
 
 from ..settings import CONV_STRATEGIES
 from ..storage.bundle import host_cpu
-from .kit import arg_tensor, node_arg, size_hint, tensor_meta
+from .kit import arg_tensor, node_arg, size_hint
 from .product_choice import timed_choice
 from .registry import Strategy
 from .transposed_conv import pair
@@ -129,9 +129,9 @@ def choose_conv(node: torch.fx.Node, fitting: Sequence[Strategy]) -> Strategy:
     rule = _by_rule(by_name, fitting[0])
     if _setting != AUTO or fitting[0].name != "tiled" or "direct" not in by_name:
         return rule
-    out = tensor_meta(node)
+    # Our kernel fits only float32 convolutions on the CPU (conv_kernel.py).
     shape = conv_shape(node)
-    if out is None or out.device.type != "cpu" or shape is None:
+    if shape is None:
         return rule
     best = measured(shape, list(TIMED))
     return by_name.get(best, rule) if best is not None else rule
