@@ -162,3 +162,25 @@ def test_mojo_op_checks_its_arguments(tmp_path):
     )
     with pytest.raises(TypeError, match="tensors and bool/int/float/str parameters"):
         twice._mojo.split([[1, 2]], {})
+
+
+def test_a_kernel_source_is_named_by_its_content_not_its_place(tmp_path):
+    # A clone of the project in another folder must reuse the built library
+    # and the compiled graphs that name it: the library's name (so its build
+    # and the graph text) follows the source's content, not its path.
+    places = [tmp_path / "one", tmp_path / "two", tmp_path / "edited"]
+    for place in places:
+        place.mkdir()
+        (place / "moved.mojo").write_text(GOOD_KERNEL)
+    (places[2] / "moved.mojo").write_text(GOOD_KERNEL + "\n# edited\n")
+    ops = []
+    for i, place in enumerate(places):
+
+        @mojo_op(f"tests_kernels::moved_{i}", place / "moved.mojo")
+        def moved(x: torch.Tensor) -> torch.Tensor:
+            return torch.empty_like(x)
+
+        ops.append(moved._mojo.library)
+    same, other, edited = ops
+    assert same.name == other.name and same.digest() == other.digest()
+    assert edited.name != same.name and edited.name.startswith("mojo_moved_")

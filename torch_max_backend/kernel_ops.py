@@ -17,7 +17,6 @@ fake tensors, never on data. The result is a ``torch.library`` custom op:
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .kernels.library import MojoLibrary
+from .kernels.library import MojoLibrary, sources_digest
 from .kernels.mojo_declaration import MojoOpDeclaration
 from .lower.mojo_lowering import MojoOpLowering
 from .lower.registry import MAPPING_TORCH_ATEN_TO_MAX
@@ -36,10 +35,12 @@ _LIBRARIES: dict[Path, MojoLibrary] = {}
 
 def _library(source: Path) -> MojoLibrary:
     """One library per source: ops whose kernels share a file share its build
-    (a graph must not load two libraries registering the same kernels)."""
+    (a graph must not load two libraries registering the same kernels). The
+    name's tag comes from the source's content, not its path, so the same
+    kernels in another checkout reuse the build and the graphs naming it."""
     source = source.resolve()
     if source not in _LIBRARIES:
-        tag = hashlib.sha256(str(source).encode()).hexdigest()[:8]
+        tag = sources_digest(source)[:8]
         stem = re.sub(r"\W", "_", source.stem) or "kernels"
         _LIBRARIES[source] = MojoLibrary(f"mojo_{stem}_{tag}", source)
     return _LIBRARIES[source]

@@ -82,6 +82,28 @@ def _run_mojo(args: list[str]) -> tuple[int, str]:
     return done.returncode, (done.stderr or "") + (done.stdout or "")
 
 
+def _source_files(source: Path) -> list[Path]:
+    if source.is_file():
+        return [source]
+    if not source.is_dir():
+        raise FileNotFoundError(f"Mojo kernel source {source} does not exist")
+    files = sorted(source.rglob("*.mojo"))
+    if not files:
+        raise FileNotFoundError(f"{source} holds no .mojo files")
+    return files
+
+
+def sources_digest(source: Path) -> str:
+    """Hash of a kernel source's files (names below it and contents), not of
+    where it lies: the same kernels in another checkout hash the same."""
+    h = hashlib.sha256()
+    root = source if source.is_dir() else source.parent
+    for f in _source_files(source):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 @dataclass
 class MojoLibrary:
     """A Mojo kernel library: ``source`` is a package directory or one file."""
@@ -99,20 +121,10 @@ class MojoLibrary:
                 f"a kernel library name must be an identifier: {self.name!r}"
             )
 
-    def _files(self) -> list[Path]:
-        if self.source.is_file():
-            return [self.source]
-        if not self.source.is_dir():
-            raise FileNotFoundError(f"Mojo kernel source {self.source} does not exist")
-        files = sorted(self.source.rglob("*.mojo"))
-        if not files:
-            raise FileNotFoundError(f"{self.source} holds no .mojo files")
-        return files
-
     def digest(self) -> str:
         """Hash of the sources and the compiler: the build's cache key."""
         h = hashlib.sha256(f"{_compiler_version()}\n{self.name}\n".encode())
-        for f in self._files():
+        for f in _source_files(self.source):
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
         return h.hexdigest()[:24]
 
