@@ -17,6 +17,7 @@ custom kernels carry none.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -55,7 +56,10 @@ class KernelBuildError(MaxCompilerError):
         )
 
 
+@functools.cache
 def _compiler_version() -> str:
+    # Cached: the installed compiler does not change within a process, and
+    # reading package metadata costs about a millisecond per kernel call.
     for dist in ("mojo-compiler", "mojo", "max-core"):
         try:
             return f"{dist} {version(dist)}"

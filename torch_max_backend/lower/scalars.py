@@ -59,26 +59,28 @@ def _combine(
     return higher
 
 
+def _join(acc: torch.dtype | None, dtype: torch.dtype) -> torch.dtype:
+    # At module level: a function nested in result_dtype would be wrapped
+    # anew by the package's runtime type checks at every call (1.5 ms).
+    return dtype if acc is None else torch.promote_types(acc, dtype)
+
+
 def result_dtype(*operands: Operand) -> torch.dtype:
     """torch.result_type for graph values, 0-dim tensors and Python scalars."""
     dim: torch.dtype | None = None
     zero: torch.dtype | None = None
     wrapped: torch.dtype | None = None
-
-    def join(acc: torch.dtype | None, dtype: torch.dtype) -> torch.dtype:
-        return dtype if acc is None else torch.promote_types(acc, dtype)
-
     for x in operands:
         if isinstance(x, TensorValue):
             dtype = to_torch_dtype(x.dtype)
             if x.rank == 0:
-                zero = join(zero, dtype)
+                zero = _join(zero, dtype)
             else:
-                dim = join(dim, dtype)
+                dim = _join(dim, dtype)
         elif isinstance(x, ScalarArg):
-            wrapped = join(wrapped, _wrapped_dtype(x.kind))
+            wrapped = _join(wrapped, _wrapped_dtype(x.kind))
         elif isinstance(x, (bool, int, float)):
-            wrapped = join(wrapped, _wrapped_dtype(type(x)))
+            wrapped = _join(wrapped, _wrapped_dtype(type(x)))
         else:
             raise TypeError(f"not a tensor or number: {x!r}")
     result = _combine(dim, _combine(zero, wrapped))
