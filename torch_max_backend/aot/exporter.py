@@ -141,6 +141,8 @@ def export(
     for j, source in enumerate(built.plan.inputs):
         if source.kind is max_plan.InputKind.SEED:
             raise MaxCompilerError("export does not support random ops yet")
+        if source.kind is max_plan.InputKind.INT:
+            raise MaxCompilerError("export does not support symbolic int inputs")
         if source.kind is max_plan.InputKind.CONSTANT:
             name = f"__constant_{j}"
             weights[name] = built.constants[source.index]

@@ -12,6 +12,8 @@ class InputKind(enum.Enum):
     FX_INPUT = "fx_input"  # FX graph input number ``index``
     CONSTANT = "constant"  # constant number ``index`` (a graph attribute, a scalar)
     SEED = "seed"  # a fresh random seed from torch's generator at every call
+    # FX input ``index`` is a symbolic int: an empty [value, 0] tensor carries it
+    INT = "int"
 
 
 @dataclass(frozen=True)

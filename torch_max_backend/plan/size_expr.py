@@ -2,8 +2,8 @@
 
 A graph may return an expression of its inputs' sizes (``s0 + 1``,
 ``s0 // 2``) for the code after it or for the backward. Lowering writes it as
-a tree of tuples: ``("int", n)``, ``("size", input, dim)`` or
-``(op, operand, ...)`` with one of ``OPERATORS``. Data, not code: it pickles,
+a tree of tuples: ``("int", n)``, ``("size", input, dim)``, ``("arg",
+input)`` (an input that is itself a symbolic int) or ``(op, operand, ...)`` with one of ``OPERATORS``. Data, not code: it pickles,
 and evaluating a plan read from disk runs nothing but these operators.
 """
 
@@ -45,6 +45,9 @@ def check_size_expr(expr: SizeExpr) -> None:
     elif head == "size":
         if len(rest) != 2 or not all(isinstance(r, int) for r in rest):
             raise ValueError(f"malformed input size {expr!r}")
+    elif head == "arg":
+        if len(rest) != 1 or not isinstance(rest[0], int):
+            raise ValueError(f"malformed int input {expr!r}")
     elif head in OPERATORS:
         if not rest:
             raise ValueError(f"{head} without operands")
@@ -62,6 +65,9 @@ def _compile(expr: SizeExpr) -> SizeFunction:
     if head == "size":
         index, dim = rest
         return lambda args: args[index].shape[dim]
+    if head == "arg":
+        (index,) = rest
+        return lambda args: args[index]
     fn = OPERATORS[head]
     operands = [_compile(operand) for operand in rest]
     if len(operands) == 2:

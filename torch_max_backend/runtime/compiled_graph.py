@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, no_type_check
 
 import torch
@@ -69,6 +70,15 @@ class _Seed:
 
 
 SEED = _Seed()
+
+
+@dataclass(frozen=True, slots=True)
+class _IntCarrier:
+    """Marks the MAX input that carries FX input ``index``, a symbolic int at
+    least 0 (its graph is guarded on that), as the first dim of an empty
+    tensor (lower/builder/int_inputs.py)."""
+
+    index: int
 
 
 class _CpuExport:
@@ -203,7 +213,10 @@ class CompiledGraph:
         seen = self._seen
         for slot, item in enumerate(self._plan):
             if item.__class__ is not int:
-                if item is SEED:
+                if item.__class__ is _IntCarrier:
+                    empty = torch.empty((args[item.index], 0), dtype=torch.int8)
+                    item = as_buffer(empty.to(self._device))
+                elif item is SEED:
                     item = as_buffer(
                         torch.randint(
                             0, 2**62, (1,), dtype=torch.int64, device=self._device
@@ -343,6 +356,8 @@ def _input_item(
     if kind is InputKind.CONSTANT:
         huge_pages.request(constants[index])
         return as_buffer(constants[index])
+    if kind is InputKind.INT:
+        return _IntCarrier(index)
     return SEED
 
 

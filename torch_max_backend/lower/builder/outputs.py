@@ -40,10 +40,17 @@ _OPERATORS: dict[type, str] = {
 
 
 def size_expr(
-    expr: sympy.Expr, symbols: dict[sympy.Symbol, tuple[int, int]], name: str
+    expr: sympy.Expr,
+    symbols: dict[sympy.Symbol, tuple[int, int]],
+    name: str,
+    ints: Mapping[sympy.Symbol, int] | None = None,
 ) -> SizeExpr:
-    """``expr`` as a plan's size expression over the FX inputs' sizes."""
-    unknown = sorted(str(s) for s in expr.free_symbols if s not in symbols)
+    """``expr`` as a plan's size expression over the FX inputs' sizes (and
+    ``ints``: symbolic int inputs, by FX input index)."""
+    ints = ints or {}
+    unknown = sorted(
+        str(s) for s in expr.free_symbols if s not in symbols and s not in ints
+    )
     if unknown:
         raise MaxCompilerError(
             f"the graph returns the size expression {expr} ({name}), but "
@@ -54,6 +61,8 @@ def size_expr(
         if e.is_Integer:
             return ("int", int(e))
         if isinstance(e, sympy.Symbol):
+            if e not in symbols:
+                return ("arg", ints[e])
             return ("size", *symbols[e])
         if isinstance(e, size_fns.Identity):
             return convert(e.args[0])
@@ -94,9 +103,12 @@ class OutputPlan:
         placeholders: list[torch.fx.Node],
         symbols: dict[sympy.Symbol, tuple[int, int]],
         eager_layouts: Mapping[int, EagerLayout],
+        int_symbols: Mapping[sympy.Symbol, int] | None = None,
     ) -> None:
         self.placeholders = placeholders
         self.symbols = symbols
+        # Symbolic int inputs that are no tensor's size, by FX input index.
+        self.int_symbols = dict(int_symbols or {})
         # The outputs that keep eager's strides and aliasing, by position
         # (passes/eager_layouts.py).
         self.eager_layouts = eager_layouts
@@ -137,7 +149,9 @@ class OutputPlan:
             if expr in self.symbols:
                 j, d = self.symbols[expr]
                 return OutputSlot(OutputKind.DIM, j, d)
-            converted = size_expr(expr, self.symbols, item.name)
+            if expr in self.int_symbols:
+                return OutputSlot(OutputKind.INPUT, self.int_symbols[expr])
+            converted = size_expr(expr, self.symbols, item.name, self.int_symbols)
             return OutputSlot(OutputKind.EXPR, expr=converted)
         value = values[item]
         if not isinstance(value, TensorValue):
@@ -171,7 +185,7 @@ class OutputPlan:
         def convert(size: int | torch.SymInt) -> SizeExpr:
             if isinstance(size, int):
                 return ("int", size)
-            return size_expr(size.node.expr, self.symbols, item.name)
+            return size_expr(size.node.expr, self.symbols, item.name, self.int_symbols)
 
         return convert
 

@@ -24,6 +24,7 @@ from ..passes import GraphFindings
 from ..registry import draws_random, lifts_scalars
 from ..shapes import max_dim
 from .capability import lowering_of
+from .int_inputs import carrier_type, is_free_int
 from .optimizer_store import update_numbers
 
 # The seed input's metadata: one int64.
@@ -111,6 +112,10 @@ class InputPlan:
         self.numbers_of: dict[torch.fx.Node, int] = {}
         # sympy symbol -> (FX input index, dim), for symbolic sizes.
         self.symbols: dict[sympy.Symbol, tuple[int, int]] = {}
+        # Symbolic int inputs that are no tensor's size (int_inputs.py): the
+        # node -> its MAX carrier input, and its symbol -> its FX input index.
+        self.int_input_of: dict[torch.fx.Node, int] = {}
+        self.int_symbols: dict[sympy.Symbol, int] = {}
         self._kernel_nodes = {
             n for u in findings.optimizer_updates.values() for n in u.kernel_nodes
         }
@@ -171,6 +176,13 @@ class InputPlan:
                         size.node.expr, sympy.Symbol
                     ):
                         self.symbols.setdefault(size.node.expr, (i, d))
+        for i, node in enumerate(self.placeholders):
+            meta = node.meta.get("val")
+            if is_free_int(meta, self.symbols):
+                self.types.append(carrier_type(meta, node.name, self.device_ref))
+                self.sources.append(InputSource(InputKind.INT, i))
+                self.int_input_of[node] = len(self.sources) - 1
+                self.int_symbols[meta.node.expr] = i
         for node in self.gm.graph.nodes:
             if node.op == "get_attr":
                 value = operator.attrgetter(node.target)(self.gm)

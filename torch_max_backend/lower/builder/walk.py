@@ -42,6 +42,7 @@ from .higher_order import (
     lower_cond,
     lower_while_loop,
 )
+from .int_inputs import dims_as_operands
 from .optimizer_store import optimizer_step
 from .outputs import OutputPlan
 from .planning import InputPlan
@@ -201,6 +202,7 @@ class NodeWalk:
         args, kwargs = self._arguments(node)
         with self._building(node):
             try:
+                dims_as_operands(node, fn, args, kwargs, self.inputs.device_ref)
                 if is_pointwise(target):
                     result = self.twins.run_channels_last(
                         fn, args, kwargs, node.meta.get("val")
@@ -275,9 +277,11 @@ class NodeWalk:
             if expr in plan.symbols:
                 j, d = plan.symbols[expr]
                 return self._input(plan.input_of[plan.placeholders[j]]).tensor.shape[d]
+            if node in plan.int_input_of:
+                return self._input(plan.int_input_of[node]).tensor.shape[0]
             raise MaxCompilerError(
-                f"symbolic size input {node.name} ({expr}) is not the size of any "
-                "tensor input"
+                f"symbolic int input {node.name} ({expr}) is no tensor input's "
+                "size and may be negative, which a MAX dim cannot carry"
             )
         if isinstance(meta, (int, float, bool)) or meta is None:
             raise MaxCompilerError(
@@ -319,7 +323,10 @@ class NodeWalk:
     def run(self) -> BuiltGraph:
         plan = self.inputs
         outputs = OutputPlan(
-            plan.placeholders, plan.symbols, self.findings.eager_layouts
+            plan.placeholders,
+            plan.symbols,
+            self.findings.eager_layouts,
+            plan.int_symbols,
         )
         checks = Checks()
         with (
