@@ -62,12 +62,14 @@ SKIPPED = {
     # Its masks are drawn by bernoulli_ (on MAX, from MAX's stream).
     "nn.functional.dropout3d": "later samples are random",
 }
-# Cases whose later samples differ from eager: found by this sweep, not fixed
-# yet. Left out of the compared batches so that they hide no other case.
+# Cases whose later samples cannot match eager value for value: left out of
+# the compared batches. Each sample of theirs matches alone where it draws
+# nothing at random (checked 2026-12-04).
 NUMERIC_FAILURES_WIDE = {
-    "nn.functional.scaled_dot_product_attention": "samples 2 and 3 differ from eager",
-    "nn.functional.multi_head_attention_forward": "samples 1 and 3 differ from eager",
-    "linalg.multi_dot": "sample 1 differs from eager",
+    "nn.functional.scaled_dot_product_attention": "samples 2 and 3 draw dropout "
+    "(dropout_p=0.5): random",
+    "nn.functional.multi_head_attention_forward": "samples 1 and 3 draw dropout "
+    "(dropout_p=0.5, training): random",
 }
 
 
