@@ -49,7 +49,9 @@ def carrier_type(meta: torch.SymInt, name: str, device: DeviceRef) -> TensorType
     return TensorType(DType.int8, [max_dim(meta, f"int input {name}"), 0], device)
 
 
-def _takes_number(arg: torch.Argument) -> bool:
+def takes_number(arg: torch.Argument) -> bool:
+    """Whether a schema argument may hold a Python number: a Scalar, or a
+    Tensor slot holding a wrapped number (``mul.Tensor(x, 2)``)."""
     t = arg.type
     if isinstance(t, torch.OptionalType):
         t = t.getElementType()
@@ -76,7 +78,7 @@ def dims_as_operands(
         return
     for pos, arg in enumerate(node.target._schema.arguments):
         if pos < len(args):
-            if isinstance(args[pos], Dim) and _takes_number(arg):
+            if isinstance(args[pos], Dim) and takes_number(arg):
                 args[pos] = _as_operand(args[pos], device)
-        elif isinstance(kwargs.get(arg.name), Dim) and _takes_number(arg):
+        elif isinstance(kwargs.get(arg.name), Dim) and takes_number(arg):
             kwargs[arg.name] = _as_operand(kwargs[arg.name], device)

@@ -24,7 +24,7 @@ from ..passes import GraphFindings
 from ..registry import draws_random, lifts_scalars
 from ..shapes import max_dim
 from .capability import lowering_of
-from .int_inputs import carrier_type, is_free_int
+from .int_inputs import carrier_type, is_free_int, takes_number
 from .optimizer_store import update_numbers
 
 # The seed input's metadata: one int64.
@@ -70,15 +70,6 @@ def _first_tensor_meta(values: Any) -> torch.Tensor | None:
             if found is not None:
                 return found
     return None
-
-
-def _takes_number(arg: torch.Argument) -> bool:
-    """Whether a schema argument may hold a Python number: a Scalar, or a
-    Tensor slot holding a wrapped number (``mul.Tensor(x, 2)``)."""
-    t = arg.type
-    if isinstance(t, torch.OptionalType):
-        t = t.getElementType()
-    return isinstance(t, (torch.NumberType, torch.TensorType))
 
 
 class InputPlan:
@@ -242,7 +233,7 @@ class InputPlan:
                 value = node.kwargs[key]
             else:
                 continue
-            if not _takes_number(arg) or type(value) not in (bool, int, float):
+            if not takes_number(arg) or type(value) not in (bool, int, float):
                 continue
             if first_tensor is not None:
                 dtype = torch.result_type(
