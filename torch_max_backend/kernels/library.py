@@ -128,6 +128,8 @@ class MojoLibrary:
     def digest(self) -> str:
         """Hash of the sources and the compiler: the build's cache key."""
         h = hashlib.sha256(f"{_compiler_version()}\n{self.name}\n".encode())
+        # Not sources_digest: this key names every build in users' caches, so
+        # it stays as it was (the name already tells checkouts apart).
         for f in _source_files(self.source):
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
         return h.hexdigest()[:24]

@@ -3,8 +3,9 @@
 A graph may return an expression of its inputs' sizes (``s0 + 1``,
 ``s0 // 2``) for the code after it or for the backward. Lowering writes it as
 a tree of tuples: ``("int", n)``, ``("size", input, dim)``, ``("arg",
-input)`` (an input that is itself a symbolic int) or ``(op, operand, ...)`` with one of ``OPERATORS``. Data, not code: it pickles,
-and evaluating a plan read from disk runs nothing but these operators.
+input)`` (an input that is itself a symbolic int) or ``(op, operand, ...)``
+with one of ``OPERATORS``. Data, not code: it pickles, and evaluating a plan
+read from disk runs nothing but these operators.
 """
 
 from __future__ import annotations

@@ -21,13 +21,10 @@ from max.engine import Model
 from ..plan import (
     GraphPlan,
     InputKind,
-    Layout,
-    OutputKind,
-    OutputSlot,
     RuntimeCheck,
-    compile_size_expr,
 )
 from . import huge_pages, max_workers
+from .output_codes import DIM, EXPR, GRAPH, INPUT, STRIDED, laid_out, slot_code
 
 _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
@@ -46,16 +43,6 @@ _DLPACK_CPU = (1, 0)
 # route it through __torch_function__, so it keeps torch's path).
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 _STRIDED_LAYOUT = torch.strided
-
-# Output assembly codes, compared as small ints in the hot loop.
-_GRAPH, _INPUT, _DIM, _CONST, _EXPR, _STRIDED = range(6)
-_CODES = {
-    OutputKind.GRAPH: _GRAPH,
-    OutputKind.INPUT: _INPUT,
-    OutputKind.DIM: _DIM,
-    OutputKind.CONST: _CONST,
-    OutputKind.EXPR: _EXPR,
-}
 
 
 class _Seed:
@@ -184,7 +171,7 @@ class CompiledGraph:
         self.keeps_model: object = None
         self._device = torch.device(plan.device)
         self._outputs: list[tuple[int, int, int, Any]] = [
-            _slot_code(slot) for slot in plan.outputs
+            slot_code(slot) for slot in plan.outputs
         ]
         # Inputs MAX writes in place; torch's version counters must see it.
         self._mutated = list(plan.mutated)
@@ -214,8 +201,10 @@ class CompiledGraph:
         for slot, item in enumerate(self._plan):
             if item.__class__ is not int:
                 if item.__class__ is _IntCarrier:
-                    empty = torch.empty((args[item.index], 0), dtype=torch.int8)
-                    item = as_buffer(empty.to(self._device))
+                    size = (args[item.index], 0)
+                    item = as_buffer(
+                        torch.empty(size, dtype=torch.int8, device=self._device)
+                    )
                 elif item is SEED:
                     item = as_buffer(
                         torch.randint(
@@ -302,16 +291,16 @@ class CompiledGraph:
             _bump_versions([args[i] for i in self._mutated])
         outputs = []
         for code, index, dim, value in self._outputs:
-            if code == _GRAPH:
+            if code == GRAPH:
                 outputs.append(results[index])
-            elif code == _INPUT:
+            elif code == INPUT:
                 outputs.append(args[index])
-            elif code == _DIM:
+            elif code == DIM:
                 outputs.append(args[index].shape[dim])
-            elif code == _EXPR:
+            elif code == EXPR:
                 outputs.append(value(args))
-            elif code == _STRIDED:
-                outputs.append(_laid_out(results[index], *value(args)))
+            elif code == STRIDED:
+                outputs.append(laid_out(results[index], *value(args)))
             else:
                 outputs.append(value)
         args.clear()
@@ -365,40 +354,3 @@ def _refusal(flags: torch.Tensor, checks: Sequence[RuntimeCheck]) -> Exception:
     """The error of the first check whose flag is set, as eager raises it."""
     failed = checks[int(flags.to(torch.int8).argmax())]
     return failed.exception()
-
-
-def _laid_out(
-    result: torch.Tensor, sizes: list[int], strides: list[int], offset: int
-) -> torch.Tensor:
-    """``result``'s memory read with eager's sizes, strides and offset, as a
-    tensor of its own rather than a view (``as_strided``): autograd forbids
-    writing in place into a view that a custom Function (AOTAutograd's
-    compiled forward) returned, where eager's tensor takes the write."""
-    laid_out = result.new_empty(0)
-    return laid_out.set_(result.untyped_storage(), offset, sizes, strides)
-
-
-def _layout_function(layout: Layout) -> Any:
-    """A function of the FX inputs giving ``as_strided``'s arguments."""
-    sizes, strides, offset = layout
-    if all(e[0] == "int" for e in (*sizes, *strides, offset)):
-        fixed = ([e[1] for e in sizes], [e[1] for e in strides], offset[1])
-        return lambda args: fixed
-    size_fns = [compile_size_expr(e) for e in sizes]
-    stride_fns = [compile_size_expr(e) for e in strides]
-    offset_fn = compile_size_expr(offset)
-    return lambda args: (
-        [f(args) for f in size_fns],
-        [f(args) for f in stride_fns],
-        offset_fn(args),
-    )
-
-
-def _slot_code(slot: OutputSlot) -> tuple[int, int, int, Any]:
-    value = slot.value
-    if slot.layout is not None:
-        return (_STRIDED, slot.index, slot.dim, _layout_function(slot.layout))
-    if slot.kind is OutputKind.EXPR:
-        assert slot.expr is not None
-        value = compile_size_expr(slot.expr)
-    return (_CODES[slot.kind], slot.index, slot.dim, value)

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 from max.dtype import DType
-from max.graph import DeviceRef, Dim, TensorType, ops
+from max.graph import DeviceRef, Dim, TensorType
 
 from ..registry import lifts_scalars
 from ..scalars import ScalarArg
-from ..shapes import max_dim
+from ..shapes import max_dim, size_value
 
 
 def is_free_int(meta: Any, tensor_symbols: dict) -> bool:
@@ -58,8 +58,10 @@ def takes_number(arg: torch.Argument) -> bool:
     return isinstance(t, (torch.NumberType, torch.TensorType))
 
 
-def _as_operand(dim: Dim, device: DeviceRef) -> ScalarArg:
-    value = ops.cast(ops.shape_to_tensor([dim]).reshape([]), DType.int64)
+def _as_operand(dim: Dim, device: DeviceRef) -> ScalarArg | int:
+    value = size_value(dim)
+    if isinstance(value, int):
+        return value
     if device != DeviceRef.CPU():
         value = value.to(device)
     return ScalarArg(value, int)

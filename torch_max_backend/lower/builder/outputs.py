@@ -103,12 +103,12 @@ class OutputPlan:
         placeholders: list[torch.fx.Node],
         symbols: dict[sympy.Symbol, tuple[int, int]],
         eager_layouts: Mapping[int, EagerLayout],
-        int_symbols: Mapping[sympy.Symbol, int] | None = None,
+        int_symbols: Mapping[sympy.Symbol, int],
     ) -> None:
         self.placeholders = placeholders
         self.symbols = symbols
         # Symbolic int inputs that are no tensor's size, by FX input index.
-        self.int_symbols = dict(int_symbols or {})
+        self.int_symbols = int_symbols
         # The outputs that keep eager's strides and aliasing, by position
         # (passes/eager_layouts.py).
         self.eager_layouts = eager_layouts
