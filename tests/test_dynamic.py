@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
+import pytest
 import torch
 
-from torch_max_backend import compile_stats, max_backend, reset_compile_stats
+from torch_max_backend import (
+    FallbackWarning,
+    compile_stats,
+    max_backend,
+    reset_compile_stats,
+)
 
 
 def _positions(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -53,15 +62,19 @@ def _counted(x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
     return x * n + 1, x[:n] * 2, torch.arange(n) + n
 
 
-def test_an_int_argument_that_is_no_size_is_an_input_of_its_own(max_calls):
-    compiled = torch.compile(_counted, backend=max_backend)
+def _graphs_over(fn: Callable[..., tuple], x: torch.Tensor, ns: tuple) -> int:
+    """How many graphs ``fn`` compiled over ``ns``, each call against eager."""
+    compiled = torch.compile(fn, backend=max_backend)
     reset_compile_stats()
-    x = torch.randn(6, 3)
-    for n in (2, 3, 5, 6):
-        for got, expected in zip(compiled(x, n), _counted(x, n), strict=True):
+    for n in ns:
+        for got, expected in zip(compiled(x, n), fn(x, n), strict=True):
             torch.testing.assert_close(got, expected)
+    return compile_stats().graphs_built
+
+
+def test_an_int_argument_that_is_no_size_is_an_input_of_its_own(max_calls):
+    assert _graphs_over(_counted, torch.randn(6, 3), (2, 3, 5, 6)) == 2
     assert max_calls.of("inference") == 4
-    assert compile_stats().graphs_built == 2
 
 
 def test_an_int_argument_reaches_the_backward_on_max(max_calls):
@@ -77,3 +90,53 @@ def test_an_int_argument_reaches_the_backward_on_max(max_calls):
         torch.testing.assert_close(w.grad, expected_w.grad)
     # From the second call, one forward and one backward serve every n.
     assert max_calls.of("forward") == 3 and max_calls.of("backward") == 3
+
+
+def _numbers(x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
+    # n is used only as a number: arithmetic Dynamo leaves on the SymInt
+    # (true division, remainder, floor, power, max) and numbers of ops.
+    return (
+        x * n + 1,
+        x * (n / 2) - n % 3,
+        x / (n * n + 1) + n // 2,
+        x * math.floor(n / 4) + (-n) ** 2 + max(n, 1) - abs(n),
+    )
+
+
+def test_an_int_argument_used_as_a_number_may_be_negative(max_calls):
+    # From the second call one graph serves every n, whatever its sign: n is
+    # fed as a value, not as a dim (a fallback would warn, an error here).
+    assert _graphs_over(_numbers, torch.randn(6, 3), (2, 3, -4, 5, -7)) == 2
+    assert max_calls.of("inference") == 5
+
+
+def test_an_int_argument_specialized_by_an_op_is_a_constant(max_calls):
+    def spaced(x: torch.Tensor, n: int) -> torch.Tensor:
+        return torch.linspace(0, 1, n) + x[0]
+
+    compiled = torch.compile(spaced, backend=max_backend)
+    x = torch.randn(1)
+    for n in (2, 3):
+        torch.testing.assert_close(compiled(x, n), spaced(x, n))
+    # linspace guards its count: the second graph's int input is the
+    # constant 3, which MAX needs no input for.
+    assert max_calls.of("inference") == 2
+
+
+def test_an_op_that_needs_its_number_at_compile_time_runs_in_pytorch():
+    def picks(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # The power sits in a block long enough to be built for MAX.
+        return x.topk(n).values, ((x.abs() + 1) ** n * 2 - x).exp().sin()
+
+    compiled = torch.compile(picks, backend=max_backend)
+    x = torch.randn(8)
+    compiled(x, 2)
+    with pytest.warns(FallbackWarning) as caught:
+        got = compiled(x, 3)
+    for g, e in zip(got, picks(x, 3), strict=True):
+        torch.testing.assert_close(g, e)
+    message = str(caught[0].message)
+    # Named reasons, not an internal error.
+    assert "k known only at run time" in message
+    assert "exponent known only at run time" in message
+    assert "internal error" not in message

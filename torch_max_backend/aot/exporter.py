@@ -141,7 +141,7 @@ def export(
     for j, source in enumerate(built.plan.inputs):
         if source.kind is max_plan.InputKind.SEED:
             raise MaxCompilerError("export does not support random ops yet")
-        if source.kind is max_plan.InputKind.INT:
+        if source.kind in (max_plan.InputKind.INT, max_plan.InputKind.NUMBER):
             raise MaxCompilerError("export does not support symbolic int inputs")
         if source.kind is max_plan.InputKind.CONSTANT:
             name = f"__constant_{j}"

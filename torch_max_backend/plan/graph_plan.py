@@ -14,6 +14,9 @@ class InputKind(enum.Enum):
     SEED = "seed"  # a fresh random seed from torch's generator at every call
     # FX input ``index`` is a symbolic int: an empty [value, 0] tensor carries it
     INT = "int"
+    # FX input ``index`` is a symbolic int used only as a number: a rank-0
+    # int64 tensor carries its value
+    NUMBER = "number"
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,14 @@ class _IntCarrier:
     index: int
 
 
+@dataclass(frozen=True, slots=True)
+class _IntValue:
+    """Marks the MAX input that carries FX input ``index``, a symbolic int the
+    graph uses only as a number, as a rank-0 int64 tensor of its value."""
+
+    index: int
+
+
 class _CpuExport:
     """What MAX's ``Buffer._from_dlpack`` reads from a dense CPU tensor: the
     capsule torch's ``Tensor.__dlpack__`` would make (MAX asks for the
@@ -204,6 +212,12 @@ class CompiledGraph:
                     size = (args[item.index], 0)
                     item = as_buffer(
                         torch.empty(size, dtype=torch.int8, device=self._device)
+                    )
+                elif item.__class__ is _IntValue:
+                    item = as_buffer(
+                        torch.tensor(
+                            args[item.index], dtype=torch.int64, device=self._device
+                        )
                     )
                 elif item is SEED:
                     item = as_buffer(
@@ -347,6 +361,8 @@ def _input_item(
         return as_buffer(constants[index])
     if kind is InputKind.INT:
         return _IntCarrier(index)
+    if kind is InputKind.NUMBER:
+        return _IntValue(index)
     return SEED
 
 

@@ -8,8 +8,7 @@ graph needs MAX at all (``computes_nothing``: views alone run in PyTorch).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 from torch._ops import OpOverload
@@ -33,16 +32,11 @@ from .higher_order import (
     why_not_invoke_subgraph,
     why_not_while_loop,
 )
+from .sym_numbers import SYM_TARGETS
 
-# Python-level functions Dynamo and AOTAutograd leave on SymInts and tuples.
-SYM_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
-    operator.getitem: operator.getitem,
-    operator.add: operator.add,
-    operator.sub: operator.sub,
-    operator.mul: operator.mul,
-    operator.floordiv: operator.floordiv,
-    operator.neg: operator.neg,
-}
+# Python-level functions Dynamo and AOTAutograd leave on symbolic numbers
+# and tuples (sym_numbers.py lowers them).
+SYM_FUNCTIONS = SYM_TARGETS
 
 
 def lowering_of(node: torch.fx.Node) -> LoweringFn | None:

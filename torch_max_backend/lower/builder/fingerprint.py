@@ -102,7 +102,9 @@ def _target(node: torch.fx.Node) -> str:
     if node.op != "call_function":
         return str(target)
     if target in SYM_FUNCTIONS:
-        return f"operator.{target.__name__}"
+        module = getattr(target, "__module__", None)
+        where = "operator" if module in (None, "_operator") else module
+        return f"{where}.{target.__name__}"
     if not isinstance(target, OpOverload) or not _described(target):
         raise _Unknown(f"op {target}")
     fn = lowering_of(node)

@@ -5,43 +5,110 @@ step) into a symbolic int (SymInt) input of the graph, and sizes of dynamic
 tensors reach ops as SymInts too. MAX knows a symbolic size only as a dim of
 a tensor input, so:
 
-- a SymInt input that is no tensor input's size is fed as an empty
-  ``[n, 0]`` int8 tensor whose first dim carries it (no bytes move), when
-  ``n`` is known not to be negative (a dim cannot be);
+- a SymInt input that is no tensor input's size, but that the graph uses
+  as one (a length, a slice bound, an index), is fed as an empty ``[n, 0]``
+  int8 tensor whose first dim carries it (no bytes move), when ``n`` is
+  known not to be negative (a dim cannot be);
+- a SymInt input that the graph uses only as a number (``x * n``,
+  ``n / 2``) is fed as its value, a rank-0 int64 tensor, whatever its sign;
 - a SymInt (a MAX ``Dim``) that an elementwise op takes as its number
   operand (``x * n``) is read from the shape at run time as an int64 scalar.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 from max.dtype import DType
-from max.graph import DeviceRef, Dim, TensorType
+from max.graph import DeviceRef, Dim, TensorType, TensorValue
 
+from ...errors import MaxCompilerError, UnsupportedCase
+from ...plan import InputKind
 from ..registry import lifts_scalars
 from ..scalars import ScalarArg
-from ..shapes import max_dim, size_value
+from ..shapes import max_dim
+from .sym_numbers import SYM_TARGETS, dim_operand
 
 
-def is_free_int(meta: Any, tensor_symbols: dict) -> bool:
-    """Whether a placeholder's ``meta`` is a symbolic int that no tensor input
-    carries as a size, and that can never be negative.
+def sized_symbols(gm: torch.fx.GraphModule) -> set[sympy.Symbol]:
+    """The symbols ``gm`` uses as sizes: in a tensor's shape, or in an op's
+    int argument other than a number operand (a length, an index, a count),
+    or handed to anything but an op or Python arithmetic."""
+    found: set[sympy.Symbol] = set()
+    for node in gm.graph.nodes:
+        for meta in _leaves(node.meta.get("val")):
+            if isinstance(meta, torch.Tensor):
+                for size in meta.shape:
+                    found |= _symbols_of(size)
+        if node.op != "call_function" or node.target in SYM_TARGETS:
+            continue
+        schema = getattr(node.target, "_schema", None)
+        for pos, value in enumerate(node.args):
+            slot = (
+                schema.arguments[pos]
+                if schema and pos < len(schema.arguments)
+                else None
+            )
+            if slot is None or not takes_number(slot):
+                found |= _arg_symbols(value)
+        for name, value in node.kwargs.items():
+            slots = {a.name: a for a in schema.arguments} if schema else {}
+            if name not in slots or not takes_number(slots[name]):
+                found |= _arg_symbols(value)
+    return found
+
+
+def int_input_kind(meta: Any, tensor_symbols: dict, sized: set) -> InputKind | None:
+    """How a placeholder's ``meta`` is fed when it is a symbolic int that no
+    tensor input carries as a size: its value (``NUMBER``) when the graph
+    uses it only as a number, else a carrier's dim (``INT``) when it can
+    never be negative; None otherwise.
 
     Asking whether it is at least zero guards the compiled graph on the
     answer (as Inductor's size checks do): a later negative value makes
     Dynamo trace again, and that graph keeps its int in PyTorch.
     """
     if not isinstance(meta, torch.SymInt):
-        return False
+        return None
     expr = meta.node.expr
     if not expr.is_Symbol or expr in tensor_symbols:
-        return False
+        return None
+    if expr not in sized:
+        return InputKind.NUMBER
     try:
-        return bool(meta >= 0)
+        return InputKind.INT if bool(meta >= 0) else None
     except Exception:  # no shape environment to guard in: keep the old path
-        return False
+        return None
+
+
+def number_type(device: DeviceRef) -> TensorType:
+    """The MAX input type carrying an int used only as a number."""
+    return TensorType(DType.int64, [], device)
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def _symbols_of(value: Any) -> set[sympy.Symbol]:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return set(value.node.expr.free_symbols)
+    return set()
+
+
+def _arg_symbols(value: Any) -> set[sympy.Symbol]:
+    if isinstance(value, (list, tuple)):
+        return {s for v in value for s in _arg_symbols(v)}
+    if isinstance(value, dict):
+        return {s for v in value.values() for s in _arg_symbols(v)}
+    if isinstance(value, torch.fx.Node):
+        return {s for leaf in _leaves(value.meta.get("val")) for s in _symbols_of(leaf)}
+    return set()
 
 
 def carrier_type(meta: torch.SymInt, name: str, device: DeviceRef) -> TensorType:
@@ -58,15 +125,6 @@ def takes_number(arg: torch.Argument) -> bool:
     return isinstance(t, (torch.NumberType, torch.TensorType))
 
 
-def _as_operand(dim: Dim, device: DeviceRef) -> ScalarArg | int:
-    value = size_value(dim)
-    if isinstance(value, int):
-        return value
-    if device != DeviceRef.CPU():
-        value = value.to(device)
-    return ScalarArg(value, int)
-
-
 def dims_as_operands(
     node: torch.fx.Node,
     fn: Any,
@@ -81,6 +139,45 @@ def dims_as_operands(
     for pos, arg in enumerate(node.target._schema.arguments):
         if pos < len(args):
             if isinstance(args[pos], Dim) and takes_number(arg):
-                args[pos] = _as_operand(args[pos], device)
+                args[pos] = dim_operand(args[pos], device)
         elif isinstance(kwargs.get(arg.name), Dim) and takes_number(arg):
-            kwargs[arg.name] = _as_operand(kwargs[arg.name], device)
+            kwargs[arg.name] = dim_operand(kwargs[arg.name], device)
+
+
+def named_cause(
+    node: torch.fx.Node, args: list[Any], kwargs: dict[str, Any], error: Exception
+) -> Exception:
+    """What a lowering's failure on ``node`` is reported as: ``error``, or,
+    when one of its number operands is known only at run time (``x ** n``,
+    a symbolic ``n``) and the lowering needed it while building, that."""
+    schema = getattr(node.target, "_schema", None)
+    for pos, arg in enumerate(schema.arguments if schema else ()):
+        value = args[pos] if pos < len(args) else kwargs.get(arg.name)
+        if isinstance(value, (Dim, ScalarArg)) and takes_number(arg):
+            late = UnsupportedCase(
+                f"{node.target} with its {arg.name} known only at run time"
+            )
+            late.__cause__ = error
+            return late
+    return error
+
+
+def int_value(
+    node: torch.fx.Node, plan: Any, tensor_of: Callable[[int], TensorValue]
+) -> Dim | ScalarArg | int:
+    """The value of a symbolic int placeholder, from the MAX input ``plan``
+    (planning.InputPlan) gives it (``tensor_of`` reads an input's value)."""
+    expr = node.meta["val"].node.expr
+    if expr.is_number:  # specialized while tracing (linspace guards its count)
+        return int(expr)
+    if node in plan.number_input_of:
+        return ScalarArg(tensor_of(plan.number_input_of[node]), int)
+    if expr in plan.symbols:
+        j, d = plan.symbols[expr]
+        return tensor_of(plan.input_of[plan.placeholders[j]]).shape[d]
+    if node in plan.int_input_of:
+        return tensor_of(plan.int_input_of[node]).shape[0]
+    raise MaxCompilerError(
+        f"symbolic int input {node.name} ({expr}) is no tensor input's "
+        "size and may be negative, which a MAX dim cannot carry"
+    )

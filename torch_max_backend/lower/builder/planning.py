@@ -24,7 +24,13 @@ from ..passes import GraphFindings
 from ..registry import draws_random, lifts_scalars
 from ..shapes import max_dim
 from .capability import lowering_of
-from .int_inputs import carrier_type, is_free_int, takes_number
+from .int_inputs import (
+    carrier_type,
+    int_input_kind,
+    number_type,
+    sized_symbols,
+    takes_number,
+)
 from .optimizer_store import update_numbers
 
 # The seed input's metadata: one int64.
@@ -106,6 +112,8 @@ class InputPlan:
         # Symbolic int inputs that are no tensor's size (int_inputs.py): the
         # node -> its MAX carrier input, and its symbol -> its FX input index.
         self.int_input_of: dict[torch.fx.Node, int] = {}
+        # Those the graph uses only as numbers: the node -> its value's input.
+        self.number_input_of: dict[torch.fx.Node, int] = {}
         self.int_symbols: dict[sympy.Symbol, int] = {}
         self._kernel_nodes = {
             n for u in findings.optimizer_updates.values() for n in u.kernel_nodes
@@ -167,13 +175,20 @@ class InputPlan:
                         size.node.expr, sympy.Symbol
                     ):
                         self.symbols.setdefault(size.node.expr, (i, d))
+        sized = sized_symbols(self.gm)
         for i, node in enumerate(self.placeholders):
             meta = node.meta.get("val")
-            if is_free_int(meta, self.symbols):
+            kind = int_input_kind(meta, self.symbols, sized)
+            if kind is InputKind.INT:
                 self.types.append(carrier_type(meta, node.name, self.device_ref))
-                self.sources.append(InputSource(InputKind.INT, i))
-                self.int_input_of[node] = len(self.sources) - 1
-                self.int_symbols[meta.node.expr] = i
+                self.int_input_of[node] = len(self.sources)
+            elif kind is InputKind.NUMBER:
+                self.types.append(number_type(self.device_ref))
+                self.number_input_of[node] = len(self.sources)
+            else:
+                continue
+            self.sources.append(InputSource(kind, i))
+            self.int_symbols[meta.node.expr] = i
         for node in self.gm.graph.nodes:
             if node.op == "get_attr":
                 value = operator.attrgetter(node.target)(self.gm)

@@ -42,11 +42,12 @@ from .higher_order import (
     lower_cond,
     lower_while_loop,
 )
-from .int_inputs import dims_as_operands
+from .int_inputs import dims_as_operands, int_value, named_cause
 from .optimizer_store import optimizer_step
 from .outputs import OutputPlan
 from .planning import InputPlan
 from .slot_store import SharedBounds, store_slot
+from .sym_numbers import number_op
 
 # A fixed name: MAX's caches key on the graph text, name included.
 GRAPH_NAME = "torch_max_graph"
@@ -195,7 +196,10 @@ class NodeWalk:
             return self._higher_order(node)
         if target in SYM_FUNCTIONS:
             args = [self._resolve(a) for a in node.args]
-            return SYM_FUNCTIONS[target](*args)
+            try:
+                return number_op(target, args, self.inputs.device_ref)
+            except Exception as e:
+                raise LoweringError(node, e) from e
         fn = lowering_of(node)
         if fn is None:  # the capability check ran first; this guards direct use
             raise UnsupportedOpsError(find_unsupported([self.gm]))
@@ -215,7 +219,8 @@ class NodeWalk:
             except Exception as e:
                 # Whatever the lowering raised, the node is named: in default
                 # mode it then runs in PyTorch (fallback.settle).
-                raise LoweringError(node, e) from e
+                cause = named_cause(node, args, kwargs, e)
+                raise LoweringError(node, cause) from cause
         return result
 
     def _store_slot(self, node: torch.fx.Node) -> Any:
@@ -273,16 +278,7 @@ class NodeWalk:
                 return ops.buffer_load(value.buffer)
             return value.tensor
         if isinstance(meta, torch.SymInt):
-            expr = meta.node.expr
-            if expr in plan.symbols:
-                j, d = plan.symbols[expr]
-                return self._input(plan.input_of[plan.placeholders[j]]).tensor.shape[d]
-            if node in plan.int_input_of:
-                return self._input(plan.int_input_of[node]).tensor.shape[0]
-            raise MaxCompilerError(
-                f"symbolic int input {node.name} ({expr}) is no tensor input's "
-                "size and may be negative, which a MAX dim cannot carry"
-            )
+            return int_value(node, plan, lambda i: self._input(i).tensor)
         if isinstance(meta, (int, float, bool)) or meta is None:
             raise MaxCompilerError(
                 f"graph input {node.name} is a Python {type(meta).__name__}; "

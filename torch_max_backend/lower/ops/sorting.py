@@ -107,6 +107,17 @@ _static_sorted_dim = static_dim(1, -1)
 _static_topk_dim = static_dim(2, -1)
 
 
+def _static_topk(node: torch.fx.Node) -> str | None:
+    """Along a dim of static size, keeping a count known at compile time
+    (MAX's top_k takes a Python int)."""
+    k = node.args[1] if len(node.args) > 1 else node.kwargs.get("k")
+    if isinstance(k, torch.fx.Node):
+        meta = k.meta.get("val")
+        if not isinstance(meta, int) and not meta.node.expr.is_number:
+            return "topk with k known only at run time"
+    return _static_topk_dim(node)
+
+
 @lowering(aten.sort.default, supports=_static_sorted_dim)
 def sort(
     self: TensorValue, dim: int = -1, descending: bool = False
@@ -119,7 +130,7 @@ def sort(
     return _select(self, size, dim, descending)
 
 
-@lowering(aten.topk.default, supports=_static_topk_dim)
+@lowering(aten.topk.default, supports=_static_topk)
 def topk(
     self: TensorValue,
     k: int,
