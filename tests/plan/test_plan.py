@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import subprocess
 import sys
@@ -10,7 +11,15 @@ from types import SimpleNamespace
 
 import pytest
 import sympy
-from torch.utils._sympy.functions import FloorDiv, Max, PythonMod
+from torch.utils._sympy.functions import (
+    CeilToInt,
+    FloorDiv,
+    FloorToInt,
+    IntTrueDiv,
+    Max,
+    PythonMod,
+    TruncToInt,
+)
 
 from torch_max_backend.errors import MaxCompilerError
 from torch_max_backend.lower.builder.outputs import size_expr
@@ -134,6 +143,10 @@ def test_size_expressions_from_sympy_evaluate_like_python():
         (PythonMod(s0 * s1, 3), lambda a, b: (a * b) % 3),
         (Max(s0, s1) - 2, lambda a, b: max(a, b) - 2),
         (s0**2 + 3 * s1, lambda a, b: a**2 + 3 * b),
+        # math.ceil(n / 2), math.floor(n / m) and int(n / 2) in user code.
+        (CeilToInt(IntTrueDiv(s0, 2)), lambda a, b: math.ceil(a / 2)),
+        (FloorToInt(IntTrueDiv(s0, s1)), lambda a, b: a // b),
+        (TruncToInt(IntTrueDiv(s0 - 8, 2)), lambda a, b: int((a - 8) / 2)),
     ]
     for expr, expected in cases:
         data = size_expr(expr, symbols, "out")

@@ -24,10 +24,17 @@ def _python_mod(a: int, b: int) -> int:
     return a % b
 
 
+def _trunc_div(a: int, b: int) -> int:
+    # int(a / b) without a float's rounding: toward zero.
+    quotient = abs(a) // abs(b)
+    return quotient if (a < 0) == (b < 0) else -quotient
+
+
 OPERATORS: dict[str, Callable[..., int]] = {
     "add": lambda *xs: sum(xs),
     "mul": lambda *xs: math.prod(xs),
     "floordiv": operator.floordiv,
+    "truncdiv": _trunc_div,
     "mod": _python_mod,
     "pow": operator.pow,
     "max": max,

@@ -70,9 +70,17 @@ def size_expr(
             base, divisor, modulus = map(convert, e.args)
             return ("mod", ("floordiv", base, divisor), modulus)
         if isinstance(e, size_fns.CeilDiv):
-            a, b = map(convert, e.args)
-            minus_one = ("int", -1)
-            return ("mul", minus_one, ("floordiv", ("mul", minus_one, a), b))
+            return _ceil_div(*map(convert, e.args))
+        if isinstance(e, _ROUNDED) and isinstance(e.args[0], size_fns.IntTrueDiv):
+            # A ratio of ints rounded: math.ceil(n / 2), int(n / 2).
+            a, b = map(convert, e.args[0].args)
+            if isinstance(e, size_fns.CeilToInt):
+                return _ceil_div(a, b)
+            return (
+                "floordiv" if isinstance(e, size_fns.FloorToInt) else "truncdiv",
+                a,
+                b,
+            )
         if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) >= 0:
             return ("pow", convert(e.base), ("int", int(e.exp)))
         op = next((v for k, v in _OPERATORS.items() if type(e) is k), None)
@@ -84,6 +92,14 @@ def size_expr(
         return (op, *(convert(a) for a in e.args))
 
     return convert(expr)
+
+
+_ROUNDED = (size_fns.CeilToInt, size_fns.FloorToInt, size_fns.TruncToInt)
+
+
+def _ceil_div(a: SizeExpr, b: SizeExpr) -> SizeExpr:
+    minus_one = ("int", -1)
+    return ("mul", minus_one, ("floordiv", ("mul", minus_one, a), b))
 
 
 def layout(meta: torch.Tensor, convert: SizeConverter) -> Layout:

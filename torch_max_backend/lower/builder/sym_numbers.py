@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -108,10 +109,9 @@ def number_op(target: Callable[..., Any], args: list[Any], device: DeviceRef) ->
     symbolic = [a for a in args if isinstance(a, (Dim, ScalarArg))]
     if not symbolic:
         return _python(target)(*args)
-    if all(isinstance(a, (Dim, int)) and not isinstance(a, bool) for a in args) and (
-        target in _DIM_ALGEBRA or target is operator.neg
-    ):
-        return target(*args)
+    size = _as_size(target, args)
+    if size is not None:
+        return size
     compute, kind = _ON_VALUES[target]
     operands = [_operand(a, device) for a in args]
     if kind is None:
@@ -120,10 +120,53 @@ def number_op(target: Callable[..., Any], args: list[Any], device: DeviceRef) ->
         return ScalarArg(_int_power(operands[0][0], args[1]), int)
     dtype = DType.int64 if kind is int else DType.float64
     inputs_dtype = dtype
-    if target in (math.floor, math.ceil, math.trunc, torch.sym_int):
+    if target in _ROUNDINGS:
         inputs_dtype = operands[0][0].dtype
     values = [ops.cast(v, inputs_dtype) for v, _ in operands]
-    return ScalarArg(ops.cast(compute(*values), dtype), kind)
+    result = ops.cast(compute(*values), dtype)
+    if target is operator.truediv and _is_size(args[0]) and _positive(args[1]):
+        return Ratio(result, float, args[0], args[1])
+    return ScalarArg(result, kind)
+
+
+@dataclass(frozen=True)
+class Ratio(ScalarArg):
+    """``numerator / denominator`` of sizes: a float number, and the pair that
+    rounding (``math.ceil(n / 2)``) turns back into a size."""
+
+    numerator: Dim | int
+    denominator: Dim | int
+
+
+_ROUNDINGS = (math.floor, math.ceil, math.trunc, torch.sym_int)
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, (Dim, int)) and not isinstance(value, bool)
+
+
+def _positive(value: Any) -> bool:
+    # A dim is a size, so at least 0; one of 0 would fail in torch first.
+    return isinstance(value, Dim) or (_is_size(value) and value > 0)
+
+
+def _as_size(target: Callable[..., Any], args: list[Any]) -> Dim | None:
+    """``target(*args)`` in MAX's dim algebra, when it is a size there: the
+    operators MAX's dims have, a remainder, and a ratio of sizes rounded
+    (sizes are never negative, so truncating is flooring)."""
+    if target in _ROUNDINGS and isinstance(args[0], Ratio):
+        a, b = args[0].numerator, args[0].denominator
+        return (a + b - 1) // b if target is math.ceil else a // b
+    if not all(_is_size(a) for a in args):
+        return None
+    if target in _DIM_ALGEBRA or target is operator.neg:
+        return target(*args)
+    if target is operator.mod and _positive(args[1]):
+        a, b = args
+        return a - (a // b) * b
+    if target is operator.abs:
+        return args[0]
+    return None
 
 
 def _int_power(base: TensorValue, exponent: Any) -> TensorValue:
