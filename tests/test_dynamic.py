@@ -121,6 +121,21 @@ def test_sizes_from_a_remainder_and_a_rounded_ratio_stay_on_max(max_calls):
     assert max_calls.of("inference") == 5
 
 
+def _halved(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # A -1 beside a symbolic size: MAX cannot prove the element counts equal.
+    return x.reshape(x.shape[0] // 2, -1) * 2, x.reshape(int(x.shape[0] / 2), -1)
+
+
+def test_a_view_with_a_symbolic_size_beside_minus_one_stays_on_max(max_calls):
+    compiled = torch.compile(_halved, backend=max_backend)
+    for rows in (4, 6, 10):
+        x = torch.randn(rows, 3)
+        torch._dynamo.mark_dynamic(x, 0)
+        for got, expected in zip(compiled(x), _halved(x), strict=True):
+            torch.testing.assert_close(got, expected)
+    assert max_calls.of("inference") == 3
+
+
 def test_an_int_argument_specialized_by_an_op_is_a_constant(max_calls):
     def spaced(x: torch.Tensor, n: int) -> torch.Tensor:
         return torch.linspace(0, 1, n) + x[0]

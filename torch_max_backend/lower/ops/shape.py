@@ -29,7 +29,28 @@ def view(self: TensorValue, size: Sequence[SizeLike]) -> TensorValue:
     _unsafe_view(Tensor self, SymInt[] size) -> Tensor
     reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)
     """
-    return ops.reshape(self, list(size))
+    try:
+        return ops.reshape(self, list(size))
+    except ValueError:
+        if all(isinstance(s, int) for s in size):
+            raise
+    # MAX could not prove that the element counts match (a symbolic size
+    # with a -1 beside it: x.view(n // 2, -1)); torch's tracing did. The
+    # flattened values are checked against the new count at run time, then
+    # split into the new sizes, whose product that count is by construction.
+    inferred = [isinstance(s, int) and s == -1 for s in size]
+    given = [s for s, infer in zip(size, inferred, strict=True) if not infer]
+    rest = _product(self.shape) // _product(given)
+    dims = [rest if infer else s for s, infer in zip(size, inferred, strict=True)]
+    flat = ops.reshape(self, [-1]).rebind([_product(dims)], "view: sizes differ")
+    return ops.reshape(flat, dims)
+
+
+def _product(sizes: Sequence[SizeLike]) -> Dim:
+    total = Dim(1)
+    for size in sizes:
+        total = total * size
+    return total
 
 
 @lowering(aten.permute.default)
