@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from torch_max_backend import (
     FallbackWarning,
@@ -133,6 +134,23 @@ def test_a_view_with_a_symbolic_size_beside_minus_one_stays_on_max(max_calls):
         torch._dynamo.mark_dynamic(x, 0)
         for got, expected in zip(compiled(x), _halved(x), strict=True):
             torch.testing.assert_close(got, expected)
+    assert max_calls.of("inference") == 3
+
+
+def _window_padded(x: torch.Tensor) -> torch.Tensor:
+    # Swin pads its feature map up to a multiple of the window: amounts that
+    # are symbolic but never negative, and 0 for some sizes.
+    h, w = x.shape[1], x.shape[2]
+    return F.pad(x, (0, 0, 0, (4 - w % 4) % 4, 0, (4 - h % 4) % 4)) * 2 + 1
+
+
+def test_padding_by_symbolic_amounts_stays_on_max(max_calls):
+    compiled = torch.compile(_window_padded, backend=max_backend)
+    for h, w in ((5, 6), (7, 9), (8, 8)):
+        x = torch.randn(2, h, w, 3)
+        torch._dynamo.mark_dynamic(x, 1)
+        torch._dynamo.mark_dynamic(x, 2)
+        torch.testing.assert_close(compiled(x), _window_padded(x))
     assert max_calls.of("inference") == 3
 
 

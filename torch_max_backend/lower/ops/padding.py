@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from max.dtype import DType
-from max.graph import DeviceRef, TensorValue, ops
+from max.graph import DeviceRef, Dim, TensorValue, ops
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..kit import arg_tensor, is_static, schema_args
 from ..registry import lowering
@@ -20,7 +21,7 @@ from ..scalars import Operand, as_tensor
 aten = torch.ops.aten
 
 
-def _max_paddings(rank: int, pad: Sequence[int]) -> list[int]:
+def _max_paddings(rank: int, pad: Sequence[int | Dim]) -> list[int | Dim]:
     paddings = [0] * (2 * rank)
     for i in range(len(pad) // 2):
         dim = rank - 1 - i
@@ -55,16 +56,25 @@ def _int_pads(node: torch.fx.Node) -> str | None:
 
 
 def _constant_pads(node: torch.fx.Node) -> str | None:
-    """Static pad amounts; negative ones crop a static dim."""
-    reason = _int_pads(node)
-    if reason is not None:
-        return reason
-    shape = arg_tensor(node, 0).shape
+    """Static pad amounts, negative ones cropping a static dim; or symbolic
+    amounts known never to be negative (Swin's ``(4 - h % 4) % 4``)."""
     pad = _pads(node)
+    if not is_static(pad):
+        if all((isinstance(p, int) and p >= 0) or _never_negative(p) for p in pad):
+            return None
+        return "padding by symbolic amounts that may be negative"
+    shape = arg_tensor(node, 0).shape
     for i in range(len(pad) // 2):
         if min(pad[2 * i], pad[2 * i + 1]) < 0 and not isinstance(shape[-1 - i], int):
             return "cropping a symbolic dim by a negative pad"
     return None
+
+
+def _never_negative(amount: object) -> bool:
+    # From the shape environment's ranges, adding no guard.
+    if isinstance(amount, torch.fx.Node):
+        amount = amount.meta.get("val")
+    return isinstance(amount, torch.SymInt) and statically_known_true(amount >= 0)
 
 
 def _non_negative_pads(node: torch.fx.Node) -> str | None:
@@ -88,11 +98,35 @@ def constant_pad_nd(
     self: TensorValue, pad: Sequence[int], value: Operand = 0
 ) -> TensorValue:
     """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"""
+    if not all(isinstance(p, int) for p in pad):
+        return _pad_by_concat(self, _max_paddings(self.rank, pad), value)
     self, paddings = _crop_negative(self, _max_paddings(self.rank, pad))
     # ops.pad reads the fill value on the host (it builds its own constants
     # there), so a lifted scalar on an accelerator is moved to the CPU.
     fill = ops.transfer_to(as_tensor(value, self.dtype), DeviceRef.CPU())
     return ops.pad(self, paddings, mode="constant", value=fill)
+
+
+def _pad_by_concat(
+    x: TensorValue, paddings: Sequence[int | Dim], value: Operand
+) -> TensorValue:
+    """Pads of symbolic (never negative) amounts, which MAX's pad does not
+    take: the fill value broadcast to each pad's shape, joined to ``x``."""
+    fill = as_tensor(value, x.dtype)
+    for axis in range(x.rank):
+        parts = []
+        for amount in paddings[2 * axis : 2 * axis + 2]:
+            if isinstance(amount, int) and amount == 0:
+                parts.append(None)
+                continue
+            shape = list(x.shape)
+            shape[axis] = amount
+            parts.append(ops.broadcast_to(fill, shape))
+        before, after = parts
+        if before is not None or after is not None:
+            pieces = [p for p in (before, x, after) if p is not None]
+            x = ops.concat(pieces, axis)
+    return x
 
 
 @lowering(
