@@ -111,13 +111,18 @@ def test_an_int_argument_used_as_a_number_may_be_negative(max_calls):
     assert max_calls.of("inference") == 5
 
 
-def _sized(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _sized(x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
     # Sizes from Python arithmetic: a remainder, a ratio rounded up (never 1
-    # from the second call: Dynamo would specialize a size of 1).
-    return x[:, : n % 3 + 2] * 2, x.reshape(-1)[: math.ceil(n / 2)] + 1
+    # from the second call: Dynamo would specialize a size of 1), and n as
+    # a pad.
+    return (
+        x[:, : n % 3 + 2] * 2,
+        x.reshape(-1)[: math.ceil(n / 2)] + 1,
+        F.pad(x, (0, n)) - 1,
+    )
 
 
-def test_sizes_from_a_remainder_and_a_rounded_ratio_stay_on_max(max_calls):
+def test_sizes_from_an_int_argument_stay_on_max(max_calls):
     assert _graphs_over(_sized, torch.randn(6, 5), (2, 3, 4, 5, 7)) == 2
     assert max_calls.of("inference") == 5
 

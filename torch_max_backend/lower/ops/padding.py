@@ -71,10 +71,15 @@ def _constant_pads(node: torch.fx.Node) -> str | None:
 
 
 def _never_negative(amount: object) -> bool:
-    # From the shape environment's ranges, adding no guard.
     if isinstance(amount, torch.fx.Node):
         amount = amount.meta.get("val")
-    return isinstance(amount, torch.SymInt) and statically_known_true(amount >= 0)
+    if not isinstance(amount, torch.SymInt):
+        return False
+    if statically_known_true(amount >= 0):  # from the ranges, adding no guard
+        return True
+    # An int argument, which a MAX dim carries only when it is at least 0
+    # (builder/int_inputs.py): guarded on that, as it would be there.
+    return amount.node.expr.is_Symbol and bool(amount >= 0)
 
 
 def _non_negative_pads(node: torch.fx.Node) -> str | None:
