@@ -15,6 +15,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ...dtypes import to_torch_dtype
+from ...errors import UnsupportedCase
 from ..opmath import opmath
 from ..registry import lowering
 from ..scalars import Operand, ScalarArg, as_tensor, out_max_dtype, promote
@@ -200,11 +201,35 @@ def _integral_power(x: TensorValue, n: int) -> TensorValue:
     return ops.div(as_tensor(1, x.dtype), result) if n < 0 else result
 
 
+def _power_known_at_run_time(x: TensorValue, exponent: ScalarArg) -> TensorValue:
+    """``x ** n`` for a float ``x`` and a number ``n`` known only at run time
+    (an int argument that changes between calls), as torch's ``pow``: an
+    integral exponent keeps the sign of an odd power of a negative base, any
+    other gives NaN there, and ``x ** 0`` is 1."""
+    if not x.dtype.is_float():
+        raise UnsupportedCase("an integer tensor raised to a run-time power")
+    e = ops.cast(exponent.value, DType.float64)
+    magnitude = ops.cast(ops.pow(ops.cast(ops.abs(x), DType.float64), e), x.dtype)
+    integral = ops.equal(ops.floor(e), e)
+    halved = ops.div(e, as_tensor(2, DType.float64))
+    odd = ops.logical_and(integral, ops.not_equal(ops.floor(halved), halved))
+    negative = ops.greater(as_tensor(0, x.dtype), x)
+    signed = ops.where(odd, ops.negate(magnitude), magnitude)
+    nan = as_tensor(math.nan, x.dtype)
+    result = ops.where(negative, ops.where(integral, signed, nan), magnitude)
+    one = as_tensor(1, x.dtype)
+    return ops.where(ops.equal(e, as_tensor(0, DType.float64)), one, result)
+
+
 @lowering(aten.pow.Tensor_Scalar, lift_scalars=False)
 @opmath
-def pow_tensor_scalar(self: TensorValue, exponent: float | int | bool) -> TensorValue:
+def pow_tensor_scalar(
+    self: TensorValue, exponent: float | int | bool | ScalarArg
+) -> TensorValue:
     """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor"""
     x = as_tensor(self, out_max_dtype())
+    if isinstance(exponent, ScalarArg):
+        return _power_known_at_run_time(x, exponent)
     e = float(exponent)
     if e == 0:
         return ops.broadcast_to(as_tensor(1, x.dtype), x.shape)
