@@ -68,12 +68,17 @@ def static_size(dim: Dim) -> int | None:
     return int(dim) if isinstance(dim, StaticDim) else None
 
 
+def size_product(sizes: Sequence[SizeLike]) -> Dim:
+    """The product of ``sizes``, static when they all are."""
+    total: Dim = StaticDim(1)
+    for size in sizes:
+        total = total * size
+    return total
+
+
 def numel(x: TensorValue, dims: Sequence[int]) -> Dim:
     """Number of elements over ``dims`` of ``x``, static when the dims are."""
-    total: Dim = StaticDim(1)
-    for d in dims:
-        total = total * x.shape[d]
-    return total
+    return size_product([x.shape[d] for d in dims])
 
 
 def positions(x: TensorValue, axis: int) -> TensorValue:

@@ -34,10 +34,6 @@ from .higher_order import (
 )
 from .sym_numbers import SYM_TARGETS
 
-# Python-level functions Dynamo and AOTAutograd leave on symbolic numbers
-# and tuples (sym_numbers.py lowers them).
-SYM_FUNCTIONS = SYM_TARGETS
-
 
 def lowering_of(node: torch.fx.Node) -> LoweringFn | None:
     """The registered lowering of an op node, or None."""
@@ -48,7 +44,7 @@ def lowering_of(node: torch.fx.Node) -> LoweringFn | None:
 
 def is_size_arithmetic(node: torch.fx.Node) -> bool:
     """Python arithmetic on sizes, or indexing into an op's tuple result."""
-    return node.op == "call_function" and node.target in SYM_FUNCTIONS
+    return node.op == "call_function" and node.target in SYM_TARGETS
 
 
 def computes_nothing(gm: torch.fx.GraphModule) -> bool:
@@ -81,7 +77,7 @@ def why_unsupported(node: torch.fx.Node) -> tuple[str, str, str] | None:
             reason = f"dtype {meta.dtype} has no MAX equivalent"
             return f"input of dtype {meta.dtype}", node.name, reason
         return None
-    if node.op != "call_function" or node.target in SYM_FUNCTIONS:
+    if node.op != "call_function" or node.target in SYM_TARGETS:
         return None
     if node.target in HIGHER_ORDER:
         gm = node.graph.owning_module

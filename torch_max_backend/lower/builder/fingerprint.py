@@ -33,7 +33,8 @@ from torch._ops import OpOverload
 from ... import logs
 from ..passes import CallerOutputs
 from ..registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
-from .capability import SYM_FUNCTIONS, lowering_of
+from .capability import lowering_of
+from .sym_numbers import SYM_TARGETS
 
 _PACKAGE = Path(__file__).resolve().parents[2]
 _OWN_NAMESPACES = ("aten", "prims")
@@ -101,7 +102,7 @@ def _target(node: torch.fx.Node) -> str:
     target = node.target
     if node.op != "call_function":
         return str(target)
-    if target in SYM_FUNCTIONS:
+    if target in SYM_TARGETS:
         module = getattr(target, "__module__", None)
         where = "operator" if module in (None, "_operator") else module
         return f"{where}.{target.__name__}"

@@ -24,9 +24,12 @@ import sympy
 import torch
 from max.dtype import DType
 from max.graph import DeviceRef, Dim, TensorType, TensorValue
+from torch.fx.node import map_arg
+from torch.utils._pytree import tree_leaves
 
 from ...errors import MaxCompilerError, UnsupportedCase
 from ...plan import InputKind
+from ..kit import schema_args
 from ..registry import lifts_scalars
 from ..scalars import ScalarArg
 from ..shapes import max_dim
@@ -39,25 +42,19 @@ def sized_symbols(gm: torch.fx.GraphModule) -> set[sympy.Symbol]:
     or handed to anything but an op or Python arithmetic."""
     found: set[sympy.Symbol] = set()
     for node in gm.graph.nodes:
-        for meta in _leaves(node.meta.get("val")):
+        for meta in tree_leaves(node.meta.get("val")):
             if isinstance(meta, torch.Tensor):
-                for size in meta.shape:
-                    found |= _symbols_of(size)
+                found |= _symbols_of(tuple(meta.shape))
         if node.op != "call_function" or node.target in SYM_TARGETS:
             continue
         schema = getattr(node.target, "_schema", None)
-        for pos, value in enumerate(node.args):
-            slot = (
-                schema.arguments[pos]
-                if schema and pos < len(schema.arguments)
-                else None
-            )
-            if slot is None or not takes_number(slot):
-                found |= _arg_symbols(value)
-        for name, value in node.kwargs.items():
-            slots = {a.name: a for a in schema.arguments} if schema else {}
+        if schema is None:  # a higher-order op: what its graphs do is unread
+            found |= _symbols_read((node.args, node.kwargs))
+            continue
+        slots = {a.name: a for a in schema.arguments}
+        for name, value in schema_args(node).items():
             if name not in slots or not takes_number(slots[name]):
-                found |= _arg_symbols(value)
+                found |= _symbols_read(value)
     return found
 
 
@@ -89,26 +86,21 @@ def number_type(device: DeviceRef) -> TensorType:
     return TensorType(DType.int64, [], device)
 
 
-def _leaves(value: Any) -> list[Any]:
-    if isinstance(value, (list, tuple)):
-        return [leaf for v in value for leaf in _leaves(v)]
-    return [value]
-
-
 def _symbols_of(value: Any) -> set[sympy.Symbol]:
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return set(value.node.expr.free_symbols)
-    return set()
+    """The symbols of every symbolic number among ``value``'s leaves."""
+    return {
+        symbol
+        for leaf in tree_leaves(value)
+        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool))
+        for symbol in leaf.node.expr.free_symbols
+    }
 
 
-def _arg_symbols(value: Any) -> set[sympy.Symbol]:
-    if isinstance(value, (list, tuple)):
-        return {s for v in value for s in _arg_symbols(v)}
-    if isinstance(value, dict):
-        return {s for v in value.values() for s in _arg_symbols(v)}
-    if isinstance(value, torch.fx.Node):
-        return {s for leaf in _leaves(value.meta.get("val")) for s in _symbols_of(leaf)}
-    return set()
+def _symbols_read(value: Any) -> set[sympy.Symbol]:
+    """The symbols of the values of the FX nodes that ``value`` holds."""
+    nodes: list[torch.fx.Node] = []
+    map_arg(value, nodes.append)
+    return {s for node in nodes for s in _symbols_of(node.meta.get("val"))}
 
 
 def carrier_type(meta: torch.SymInt, name: str, device: DeviceRef) -> TensorType:

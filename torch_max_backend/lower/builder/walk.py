@@ -31,7 +31,7 @@ from ..layout import ChannelsLastTwins, is_pointwise
 from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
-from .capability import SYM_FUNCTIONS, find_unsupported, lowering_of
+from .capability import find_unsupported, lowering_of
 from .flex_attention import lower_flex_attention
 from .higher_order import (
     COND,
@@ -47,7 +47,7 @@ from .optimizer_store import optimizer_step
 from .outputs import OutputPlan
 from .planning import InputPlan
 from .slot_store import SharedBounds, store_slot
-from .sym_numbers import number_op
+from .sym_numbers import SYM_TARGETS, number_op
 
 # A fixed name: MAX's caches key on the graph text, name included.
 GRAPH_NAME = "torch_max_graph"
@@ -194,7 +194,7 @@ class NodeWalk:
         target = node.target
         if target in HIGHER_ORDER:
             return self._higher_order(node)
-        if target in SYM_FUNCTIONS:
+        if target in SYM_TARGETS:
             args = [self._resolve(a) for a in node.args]
             try:
                 return number_op(target, args, self.inputs.device_ref)

@@ -15,7 +15,13 @@ from ...dtypes import to_max_dtype
 from ..kit import arg_tensor
 from ..registry import lowering
 from ..scalars import as_tensor, out_max_dtype, result_dtype
-from ..shapes import SizeLike, index_along, normalize_dim, static_size
+from ..shapes import (
+    SizeLike,
+    index_along,
+    normalize_dim,
+    size_product,
+    static_size,
+)
 
 aten = torch.ops.aten
 
@@ -40,17 +46,10 @@ def view(self: TensorValue, size: Sequence[SizeLike]) -> TensorValue:
     # split into the new sizes, whose product that count is by construction.
     inferred = [isinstance(s, int) and s == -1 for s in size]
     given = [s for s, infer in zip(size, inferred, strict=True) if not infer]
-    rest = _product(self.shape) // _product(given)
+    rest = size_product(self.shape) // size_product(given)
     dims = [rest if infer else s for s, infer in zip(size, inferred, strict=True)]
-    flat = ops.reshape(self, [-1]).rebind([_product(dims)], "view: sizes differ")
+    flat = ops.reshape(self, [-1]).rebind([size_product(dims)], "view: sizes differ")
     return ops.reshape(flat, dims)
-
-
-def _product(sizes: Sequence[SizeLike]) -> Dim:
-    total = Dim(1)
-    for size in sizes:
-        total = total * size
-    return total
 
 
 @lowering(aten.permute.default)

@@ -15,7 +15,7 @@ from max.graph import Dim, StaticDim, TensorValue, ops
 from ..context import current
 from ..kit import arg_tensor, fake_tensor, is_static, node_arg
 from ..registry import lowering
-from ..shapes import SizeLike, normalize_dim
+from ..shapes import SizeLike, normalize_dim, size_product
 
 aten = torch.ops.aten
 
@@ -40,10 +40,7 @@ def sym_size(self: TensorValue, dim: int) -> Dim:
 @lowering(aten.sym_numel.default)
 def sym_numel(self: TensorValue) -> Dim:
     """sym_numel(Tensor self) -> SymInt"""
-    total: Dim = StaticDim(1)
-    for d in self.shape:
-        total = total * d
-    return total
+    return size_product(self.shape)
 
 
 def _contiguous_or_known(node: torch.fx.Node) -> str | None:
