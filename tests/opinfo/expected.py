@@ -22,8 +22,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "fft.irfft2": "FFT inputs are complex: MAX has no complex dtype",
     "fft.irfftn": "FFT inputs are complex: MAX has no complex dtype",
     "stft": "its FFT's outputs are complex: MAX has no complex dtype",
-    # Reported by the convolution lowering's capability check.
-    "nn.functional.conv_transpose3d": "3-d transposed convolution is not lowered yet",
 }
 
 # Cases whose failures are numeric (they build but differ from eager) are

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from max.graph import TensorValue, ops
+from max.graph import Dim, TensorValue, ops
 
 from .context import current
 from .layout import ChannelsLastTwins, permute_dims
@@ -33,6 +33,14 @@ def reduce_axes(
     axes = normalize_dims(dims, x.rank)
     y, y_axes, back = in_layout(x, axes)
     return squeezed(back(reduce_runs(y, y_axes, fn)), axes, keepdim)
+
+
+def sum_to(
+    x: TensorValue, axes: Sequence[int], shape: Sequence[int | Dim]
+) -> TensorValue:
+    """``x`` summed over ``axes``, then reshaped to ``shape`` (a gradient
+    reduced to its parameter's shape)."""
+    return ops.reshape(reduce_axes(x, axes, True, ops.sum), list(shape))
 
 
 def squeezed(x: TensorValue, axes: list[int], keepdim: bool) -> TensorValue:

@@ -1,7 +1,8 @@
 """Transposed convolution, shared by the forward op and convolution's backward.
 
-MAX's own conv2d_transpose has no groups; this one is a grouped stride-1
-convolution over the zero-spread input, so it covers what torch allows.
+MAX's own conv2d_transpose has no groups (and there is no 3-d one); this one
+is a grouped stride-1 convolution over the zero-spread input, in 2-d and 3-d,
+so it covers what torch allows.
 """
 
 from __future__ import annotations
@@ -54,60 +55,110 @@ def crop(x: TensorValue, axis: int, before: int, after: int) -> TensorValue:
     return index_along(x, axis, slice(before, int(x.shape[axis]) - after))
 
 
-def transposed_conv2d(
-    grad: TensorValue,
-    weight: TensorValue,
-    size: tuple[int, int],
-    stride: tuple[int, int],
-    padding: tuple[int, int],
-    dilation: tuple[int, int],
+def channels_last_conv(
+    image: TensorValue,
+    filters: TensorValue,
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    pads: Sequence[int],
     groups: int,
 ) -> TensorValue:
-    """The transposed 2-d convolution of ``grad`` (NCHW) to spatial ``size``.
+    """MAX's 2-d or 3-d convolution of a channels-last ``image`` by ``filters``
+    in RSCF (QRSCF) layout; ``pads`` holds each spatial axis's (before, after)."""
+    if image.rank == 4:
+        conv, layout = ops.conv2d, FilterLayout.RSCF
+    else:
+        conv, layout = ops.conv3d, FilterLayout.QRSCF
+
+    def convolve(x: TensorValue, w: TensorValue) -> TensorValue:
+        return conv(
+            x,
+            w,
+            stride=tuple(stride),
+            dilation=tuple(dilation),
+            padding=tuple(pads),
+            groups=groups,
+            input_layout=ConvInputLayout.NHWC,
+            filter_layout=layout,
+        )
+
+    return accumulated(convolve, image, filters)
+
+
+def forward_conv(
+    x: TensorValue,
+    weight: TensorValue,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+) -> TensorValue:
+    """The 2-d or 3-d convolution of ``x`` (N, C, *spatial) by ``weight`` in
+    torch's layout (O, C / groups, *kernel), by MAX's conv op."""
+    spatial = weight.rank - 2
+    filters = ops.permute(weight, [*range(2, 2 + spatial), 1, 0])
+    pads = [p for p in padding for _ in range(2)]
+    twins = current().twins  # channels-last values kept between ops
+    out = channels_last_conv(
+        twins.channels_last(x), filters, stride, dilation, pads, groups
+    )
+    return twins.channels_first(out)
+
+
+def transposed_conv(
+    grad: TensorValue,
+    weight: TensorValue,
+    size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+) -> TensorValue:
+    """The transposed 2-d or 3-d convolution of ``grad`` (N, C, *spatial) to
+    spatial ``size``.
 
     It is the gradient of the forward convolution with respect to its input:
     a stride-1 convolution of ``grad``, spread out by the stride, with the
     flipped kernel whose in/out channels swap. ``weight`` has the forward
-    convolution's OIHW layout, which is also torch's layout for a transposed
-    convolution's weight (in, out / groups, kh, kw).
+    convolution's O, C / groups, *kernel layout, which is also torch's layout
+    for a transposed convolution's weight (in, out / groups, *kernel).
     """
-    n, out_channels, out_h, out_w = grad.shape
-    o, c_per_group, kh, kw = (int(d) for d in weight.shape)
+    spatial = weight.rank - 2
+    n, out_channels = grad.shape[0], grad.shape[1]
+    spread = [int(d) for d in grad.shape[2:]]
+    o, c_per_group, *kernel = (int(d) for d in weight.shape)
     twins = current().twins  # channels-last values kept between ops
-    x = twins.channels_last(grad)  # NHWC
-    sh, sw = stride
-    if sh > 1 or sw > 1:
+    x = twins.channels_last(grad)  # N, *spatial, C
+    if any(s > 1 for s in stride):
         # Each grad element is followed by stride - 1 zeros along its axis.
-        x = ops.reshape(x, [n, out_h, 1, out_w, 1, out_channels])
-        x = ops.pad(x, [0, 0, 0, 0, 0, sh - 1, 0, 0, 0, sw - 1, 0, 0])
-        x = ops.reshape(x, [n, out_h * sh, out_w * sw, out_channels])
+        x = ops.reshape(
+            x, [n, *(d for length in spread for d in (length, 1)), out_channels]
+        )
+        x = ops.pad(x, [0, 0, *(p for s in stride for p in (0, 0, 0, s - 1)), 0, 0])
+        x = ops.reshape(
+            x,
+            [
+                n,
+                *(length * s for length, s in zip(spread, stride, strict=True)),
+                out_channels,
+            ],
+        )
     # Padding that gives exactly the input's size back; a negative amount
     # (large forward padding, or rows the forward never read) is a crop.
     pads = []
-    for axis, (length, k, s, p, d, spread) in enumerate(
-        zip(size, (kh, kw), stride, padding, dilation, (out_h, out_w), strict=True)
+    for axis, (length, k, s, p, d, count) in enumerate(
+        zip(size, kernel, stride, padding, dilation, spread, strict=True)
     ):
         before = d * (k - 1) - p
-        after = length + p - int(spread) * s
+        after = length + p - count * s
         x = crop(x, axis + 1, max(0, -before), max(0, -after))
         pads += [max(0, before), max(0, after)]
-    # Filter in RSCF, (kh, kw, O / groups, C): for each group, the forward
-    # kernel's channel roles transposed.
-    w = ops.reshape(weight, [groups, o // groups, c_per_group, kh, kw])
-    w = ops.permute(w, [3, 4, 1, 0, 2])
-    w = ops.reshape(w, [kh, kw, o // groups, groups * c_per_group])
-    w = flip(flip(w, 0), 1)
-
-    def conv(image: TensorValue, filters: TensorValue) -> TensorValue:
-        return ops.conv2d(
-            image,
-            filters,
-            stride=(1, 1),
-            dilation=dilation,
-            padding=(pads[0], pads[1], pads[2], pads[3]),
-            groups=groups,
-            input_layout=ConvInputLayout.NHWC,
-            filter_layout=FilterLayout.RSCF,
-        )
-
-    return twins.channels_first(accumulated(conv, x, w))
+    # Filter in (Q)RSCF, (*kernel, O / groups, C): for each group, the forward
+    # kernel's channel roles transposed, each spatial axis flipped.
+    w = ops.reshape(weight, [groups, o // groups, c_per_group, *kernel])
+    w = ops.permute(w, [*range(3, 3 + spatial), 1, 0, 2])
+    w = ops.reshape(w, [*kernel, o // groups, groups * c_per_group])
+    for axis in range(spatial):
+        w = flip(w, axis)
+    out = channels_last_conv(x, w, [1] * spatial, dilation, pads, groups)
+    return twins.channels_first(out)

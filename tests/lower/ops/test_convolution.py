@@ -91,15 +91,6 @@ def test_pooling_variants_not_covered_are_reported():
     assert "average pooling of torch.int64 tensors" in str(info.value)
 
 
-def test_transposed_3d_convolution_is_reported():
-    up = torch.nn.ConvTranspose3d(2, 2, 2)
-    with pytest.raises(UnsupportedOpsError) as info, torch.no_grad():
-        torch.compile(up, backend=max_backend, options=STRICT)(
-            torch.randn(1, 2, 3, 3, 3)
-        )
-    assert "3-d transposed convolution" in str(info.value)
-
-
 def test_convolution_lowerings_build_for_every_opinfo_case():
     check_family("convolution")
 

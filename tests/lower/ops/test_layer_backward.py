@@ -172,7 +172,6 @@ def test_embedding_bag_grad_by_frequency_is_refused():
 # Lowerings no core OpInfo case reaches (backward, optimizer and non-core
 # overloads): training, model and hand-written tests exercise them.
 OUTSIDE_OPINFO = (
-    "aten.convolution_backward.default",
     "aten.native_group_norm_backward.default",
     "aten.native_layer_norm_backward.default",
 )

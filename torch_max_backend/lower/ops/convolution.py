@@ -19,24 +19,21 @@ from ..opmath import accumulated
 from ..products import product
 from ..registry import Strategy, lowering_strategies
 from ..shapes import SizeLike, conv_out_size, static_size
-from ..transposed_conv import over_unit_height, pair, per_axis, transposed_conv2d
+from ..transposed_conv import over_unit_height, pair, per_axis, transposed_conv
 
 aten = torch.ops.aten
 
 
 def _covered(node: torch.fx.Node) -> str | None:
-    """1-d, 2-d and 3-d convolutions; transposed ones in 1-d and 2-d with static channel and spatial sizes."""
+    """1-d, 2-d and 3-d convolutions, plain and transposed; transposed ones with static channel and spatial sizes."""
     transposed = node_arg(node, 6, "transposed", False)
     input, weight = arg_tensor(node, 0, "input"), arg_tensor(node, 1, "weight")
     spatial = weight.dim() - 2
     if spatial not in (1, 2, 3):
         return f"{spatial}-d convolution (1-d, 2-d and 3-d are supported)"
-    if transposed:
-        if spatial == 3:
-            return "3-d transposed convolution (1-d and 2-d are supported)"
-        # The zero-spreading and cropping are sliced by static sizes.
-        if not is_static((*input.shape[1:], *weight.shape)):
-            return "transposed convolution with symbolic channel or spatial sizes"
+    # The zero-spreading and cropping are sliced by static sizes.
+    if transposed and not is_static((*input.shape[1:], *weight.shape)):
+        return "transposed convolution with symbolic channel or spatial sizes"
     return None
 
 
@@ -49,13 +46,13 @@ def _add_bias(out: TensorValue, bias: TensorValue | None) -> TensorValue:
 def _transposed(
     input: TensorValue,
     weight: TensorValue,
-    stride: tuple[int, int],
-    padding: tuple[int, int],
-    dilation: tuple[int, int],
-    output_padding: tuple[int, int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    output_padding: Sequence[int],
     groups: int,
 ) -> TensorValue:
-    size = tuple(
+    size = [
         (int(n) - 1) * s - 2 * p + d * (int(k) - 1) + op + 1
         for n, k, s, p, d, op in zip(
             input.shape[2:],
@@ -66,10 +63,8 @@ def _transposed(
             output_padding,
             strict=True,
         )
-    )
-    return transposed_conv2d(
-        input, weight, (size[0], size[1]), stride, padding, dilation, groups
-    )
+    ]
+    return transposed_conv(input, weight, size, stride, padding, dilation, groups)
 
 
 # Where MAX's direct conv2d kernel loses to a matmul (MAX 26.7, CPU, fp32,
@@ -246,13 +241,14 @@ def transposed_convolution(
     groups: int,
 ) -> TensorValue:
     """convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor"""
+    spatial = weight.rank - 2
     out = _transposed(
         input,
         weight,
-        pair(stride, 1),
-        pair(padding, 0),
-        pair(dilation, 1),
-        pair(output_padding, 0),
+        per_axis(stride, spatial, 1),
+        per_axis(padding, spatial, 0),
+        per_axis(dilation, spatial, 1),
+        per_axis(output_padding, spatial, 0),
         groups,
     )
     return _add_bias(out, bias)

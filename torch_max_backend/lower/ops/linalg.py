@@ -185,3 +185,42 @@ def pdist(self: TensorValue, p: float = 2.0) -> TensorValue:
         self, ops.constant(j.astype(np.int64), DType.int64, self.device), 0
     )
     return _p_norm(ops.sub(left, right), p, -1)
+
+
+@lowering(aten._cdist_backward.default)
+def cdist_backward(
+    grad: TensorValue, x1: TensorValue, x2: TensorValue, p: float, cdist: TensorValue
+) -> TensorValue:
+    """_cdist_backward(Tensor grad, Tensor x1, Tensor x2, float p, Tensor cdist) -> Tensor"""
+    # x1's gradient, summed over x2's rows pair by pair as torch sums it:
+    # the gradient of |diff|_p is sign(diff) |diff|^(p-1) / dist^(p-1), and
+    # 0 where the distance is 0.
+    diff = ops.sub(ops.unsqueeze(x1, -2), ops.unsqueeze(x2, -3))
+    g, dist = ops.unsqueeze(grad, -1), ops.unsqueeze(cdist, -1)
+    zero = as_tensor(0.0, diff.dtype)
+    if p == 0:
+        return ops.broadcast_to(zero, x1.shape)
+    sign = ops.sub(
+        ops.cast(ops.greater(diff, zero), diff.dtype),
+        ops.cast(ops.greater(zero, diff), diff.dtype),
+    )
+    if p == 1:
+        pair = ops.mul(g, sign)
+    elif p == math.inf:
+        # Only the coordinates where |diff| is the distance carry it.
+        at_max = ops.cast(ops.equal(ops.abs(diff), dist), diff.dtype)
+        pair = ops.mul(ops.mul(g, sign), at_max)
+    else:
+        if p == 2:
+            scaled = diff
+        else:
+            power = as_tensor(p - 1, diff.dtype)
+            # 0 where diff is 0, which a power below 0 (p < 1) makes inf.
+            scaled = ops.where(
+                ops.equal(diff, zero),
+                zero,
+                ops.mul(sign, ops.pow(ops.abs(diff), power)),
+            )
+            dist = ops.pow(dist, power)
+        pair = ops.where(ops.equal(dist, zero), zero, ops.div(ops.mul(g, scaled), dist))
+    return ops.squeeze(ops.sum(pair, axis=-2), -2)

@@ -17,6 +17,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from ..kit import arg_tensor, is_static, schema_args
 from ..registry import lowering
 from ..scalars import Operand, as_tensor
+from ..shapes import index_along
 
 aten = torch.ops.aten
 
@@ -171,3 +172,51 @@ def replication_pad(self: TensorValue, padding: Sequence[int]) -> TensorValue:
         self = ops.gather(self, index, axis=axis)
         paddings[2 * axis] = paddings[2 * axis + 1] = 0
     return ops.pad(self, paddings, mode="edge")
+
+
+def _non_negative_replication_pads(node: torch.fx.Node) -> str | None:
+    """Static, non-negative pad amounts of static dims."""
+    args = schema_args(node)
+    pads = list(args["padding"])
+    if not is_static(pads):
+        return "padding by symbolic amounts"
+    if any(p < 0 for p in pads):
+        return "the gradient of replication padding by negative amounts"
+    padded = arg_tensor(node, 1).shape[-(len(pads) // 2) :]
+    if not is_static(padded):
+        return "the gradient of replication padding along symbolic dims"
+    return None
+
+
+@lowering(
+    aten.replication_pad1d_backward.default,
+    aten.replication_pad2d_backward.default,
+    aten.replication_pad3d_backward.default,
+    supports=_non_negative_replication_pads,
+)
+def replication_pad_backward(
+    grad_output: TensorValue, self: TensorValue, padding: Sequence[int]
+) -> TensorValue:
+    """replication_pad1d_backward(Tensor grad_output, Tensor self, SymInt[2] padding) -> Tensor
+    replication_pad2d_backward(Tensor grad_output, Tensor self, SymInt[4] padding) -> Tensor
+    replication_pad3d_backward(Tensor grad_output, Tensor self, SymInt[6] padding) -> Tensor
+    """
+    grad = grad_output
+    paddings = _max_paddings(grad.rank, padding)
+    for axis in range(grad.rank):
+        before, after = paddings[2 * axis], paddings[2 * axis + 1]
+        if before == 0 and after == 0:
+            continue
+        # Each edge element was copied into its pad: it gathers the pad's
+        # gradient and its own; the elements between keep theirs.
+        n = int(self.shape[axis])
+        length = int(grad.shape[axis])
+        first = ops.sum(index_along(grad, axis, slice(0, before + 1)), axis)
+        if n == 1:
+            grad = ops.sum(grad, axis)
+            continue
+        last = ops.sum(index_along(grad, axis, slice(before + n - 1, length)), axis)
+        inner = index_along(grad, axis, slice(before + 1, before + n - 1))
+        parts = [first, inner, last] if n > 2 else [first, last]
+        grad = ops.concat(parts, axis)
+    return grad
