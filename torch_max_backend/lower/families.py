@@ -39,6 +39,7 @@ FAMILIES: tuple[str, ...] = (
     "loss_backward",
     "max_pooling",
     "normalization",
+    "order_statistics",
     "padding",
     "pooling_backward",
     "random",
