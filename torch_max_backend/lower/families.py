@@ -49,6 +49,7 @@ FAMILIES: tuple[str, ...] = (
     "scatter",
     "shape",
     "sorting",
+    "special_functions",
     "symbolic",
     "trigonometry",
     "upsampling",
