@@ -302,9 +302,6 @@ _EXTRA_DECOMPOSITIONS = [
     # Non-core ops whose torch decompositions end in ops we lower (others'
     # end in prims, and are lowered in their own right where we do).
     _aten.addmv.default,
-    # Global and evenly dividing windows; any other stays the op (unlowered).
-    _aten.adaptive_max_pool2d.default,
-    _aten.adaptive_max_pool3d.default,
     _aten.as_strided_copy.default,
     _aten.bucketize.Tensor,
     _aten.diagonal_scatter.default,

@@ -122,6 +122,29 @@ def max_pool_table(
     return table.reshape(math.prod(kernel), math.prod(out_sizes))
 
 
+def adaptive_max_table(in_sizes: Sequence[int], out_sizes: Sequence[int]) -> np.ndarray:
+    """``max_pool_table`` for adaptive windows: along each dim, output i reads
+    floor(i * in / out) up to ceil((i + 1) * in / out), so windows differ in
+    length; the slots past a shorter window are -1, as padding is."""
+    n = len(in_sizes)
+    flat = np.zeros([1] * (2 * n), dtype=np.int64)
+    valid = np.ones([1] * (2 * n), dtype=bool)
+    widths = []
+    for d in range(n):
+        o = np.arange(out_sizes[d], dtype=np.int64)
+        low = (o * in_sizes[d]) // out_sizes[d]
+        high = -((-(o + 1) * in_sizes[d]) // out_sizes[d])
+        width = int((high - low).max())
+        pos = np.arange(width, dtype=np.int64)[:, None] + low[None, :]
+        shape = [1] * (2 * n)
+        shape[d], shape[n + d] = width, out_sizes[d]
+        flat = flat * in_sizes[d] + pos.reshape(shape)
+        valid = valid & (pos < high[None, :]).reshape(shape)
+        widths.append(width)
+    table = np.where(valid, flat, -1)
+    return table.reshape(math.prod(widths), math.prod(out_sizes))
+
+
 # -- average pooling as separable matrix products --------------------------------
 
 

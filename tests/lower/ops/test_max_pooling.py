@@ -1,5 +1,5 @@
-"""Max pooling: the family's build check, and adaptive max pooling's
-global and evenly dividing windows (decomposed into these lowerings).
+"""Max pooling: the family's build check, and adaptive max pooling over
+global, evenly dividing and uneven windows, with its gradient.
 
 Numerics are compared with eager PyTorch by the OpInfo sweep (tests/opinfo);
 this module checks that every case reaching the family builds.
@@ -19,15 +19,25 @@ def test_max_pooling_lowerings_build_for_every_opinfo_case():
     check_family("max_pooling")
 
 
-def test_global_and_dividing_adaptive_max_pooling_match_eager(max_calls):
-    # Global max pooling heads (AdaptiveMaxPool2d(1)) ran in PyTorch before;
-    # 3-d windows too, and both backward ops.
+def test_adaptive_max_pooling_matches_eager(max_calls):
+    # Global max pooling heads (AdaptiveMaxPool2d(1)), 3-d windows, and
+    # windows that do not divide the input (8 into 3 or 5: lengths 3 and 4,
+    # overlapping), which ran in PyTorch before; ties after rounding (the
+    # first maximum), unbatched input, and both backward ops.
     def fn(x):
         top, where = F.adaptive_max_pool2d(x, 1, return_indices=True)
         grid, grid_where = F.adaptive_max_pool2d(x, (2, 4), return_indices=True)
         cube = F.adaptive_max_pool3d(x.reshape(2, 3, 4, 2, 8), (2, 1, 4))
+        uneven, uneven_where = F.adaptive_max_pool2d(x, (3, 5), return_indices=True)
+        odd_cube = F.adaptive_max_pool3d(x.reshape(2, 3, 4, 2, 8), (3, 2, 3))
+        tied, tied_where = F.adaptive_max_pool2d(
+            (x * 2).round(), (3, 3), return_indices=True
+        )
+        single = F.adaptive_max_pool2d(x[0], (5, 3))
         loss = (top * 2).sum() + (grid * grid.detach().sin()).sum() + cube.sum()
-        return loss, where, grid_where
+        loss = loss + (uneven * uneven.detach().cos()).sum() + odd_cube.sum()
+        loss = loss + single.square().sum()
+        return loss, where, grid_where, uneven_where, tied, tied_where
 
     torch.manual_seed(0)
     x = torch.randn(2, 3, 8, 8)

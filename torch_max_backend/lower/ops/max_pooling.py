@@ -22,6 +22,7 @@ from ..context import current
 from ..kit import arg_meta, node_arg
 from ..registry import SupportsFn, lowering
 from ..windows import (
+    adaptive_max_table,
     batched,
     constant,
     expand,
@@ -57,6 +58,18 @@ def max_pool_nd(
     n = len(kernel)
     in_sizes, out_sizes = spatial(x, n), out_spatial(n)
     table = max_pool_table(in_sizes, out_sizes, kernel, stride, padding, dilation)
+    return _max_over_windows(x, table, in_sizes, out_sizes)
+
+
+def _max_over_windows(
+    x: TensorValue,
+    table: np.ndarray,
+    in_sizes: Sequence[int],
+    out_sizes: Sequence[int],
+) -> tuple[TensorValue, TensorValue]:
+    """The maximum of each window of ``table`` (``max_pool_table``'s form)
+    over the last ``len(in_sizes)`` dims of ``x``: values, flat indices."""
+    n = len(in_sizes)
     lead: list[Dim] = list(x.shape)[:-n]
     total = math.prod(in_sizes)
     flat = ops.reshape(x, [*lead, total])
@@ -171,3 +184,38 @@ def max_pool3d_with_indices(
         expand(padding, 3, (0,)),
         expand(dilation, 3, (1,)),
     )
+
+
+def _adaptive_max_supported(node: torch.fx.Node) -> str | None:
+    """Non-bool inputs of static sizes."""
+    meta = arg_meta(node, 0)
+    if meta is not None and meta.dtype == torch.bool:
+        return "max pooling of bool tensors"
+    return static_sizes(node)
+
+
+def _adaptive_max_pool(
+    self: TensorValue, output_size: Sequence[int]
+) -> tuple[TensorValue, TensorValue]:
+    n = len(output_size)
+    in_sizes, out_sizes = spatial(self, n), out_spatial(n)
+    table = adaptive_max_table(in_sizes, out_sizes)
+    return _max_over_windows(self, table, in_sizes, out_sizes)
+
+
+@lowering(aten.adaptive_max_pool2d.default, supports=_adaptive_max_supported)
+def adaptive_max_pool2d(
+    self: TensorValue, output_size: Sequence[int]
+) -> tuple[TensorValue, TensorValue]:
+    """adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)"""
+    # Any windows, not only the global and evenly dividing ones torch's
+    # decomposition takes (the others ran in PyTorch).
+    return _adaptive_max_pool(self, output_size)
+
+
+@lowering(aten.adaptive_max_pool3d.default, supports=_adaptive_max_supported)
+def adaptive_max_pool3d(
+    self: TensorValue, output_size: Sequence[int]
+) -> tuple[TensorValue, TensorValue]:
+    """adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)"""
+    return _adaptive_max_pool(self, output_size)
