@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torch_max_backend import max_backend
+from torch_max_backend import explain, max_backend
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import (
     MAPPING_TORCH_ATEN_TO_MAX,
@@ -22,6 +22,7 @@ from torch_max_backend.lower.registry import (
 )
 
 from .family_check import check_family
+from .helpers import check_against_eager
 
 aten = torch.ops.aten
 
@@ -203,3 +204,22 @@ def test_a_symbolic_batch_first_seen_at_eight_rows_or_fewer_takes_the_skinny_ker
     assert symbolic.count("torch_max_backend_skinny_matmul") == 2
     assert "mo.matmul" not in symbolic
     assert max_calls.of("inference") == 5
+
+
+def _bilinear_products(x1, x2, weight, bias):
+    return (
+        F.bilinear(x1, x2, weight, bias),
+        F.bilinear(x1[0], x2[0], weight),
+        # The weight's output dim summed too.
+        aten._trilinear(x1[0], weight, x2[0], [1, 3], [0], [1, 2], [1, 2, 3]),
+    )
+
+
+def test_bilinear_layers_match_eager_and_train_on_max():
+    torch.manual_seed(0)
+    x1, x2 = torch.randn(2, 3, 5), torch.randn(2, 3, 4)
+    weight, bias = torch.randn(6, 5, 4), torch.randn(6)
+    check_against_eager(_bilinear_products, x1, x2, weight, bias, rtol=1e-4, atol=1e-5)
+    layer = torch.nn.Bilinear(5, 4, 6)
+    report = explain(lambda a, b: layer(a, b).sum(), x1, x2, training=True)
+    assert report.unsupported == {}

@@ -1,8 +1,9 @@
-"""Matrix products (mm, bmm, addmm) and pairwise distances (cdist, pdist)."""
+"""Matrix products (mm, bmm, addmm, nn.Bilinear's _trilinear) and pairwise distances (cdist and its gradient, pdist)."""
 
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Callable
 
 import numpy as np
@@ -27,7 +28,7 @@ from ..product_kernels import (
     vendor_product,
 )
 from ..products import product
-from ..registry import Strategy, lowering, lowering_strategies
+from ..registry import Strategy, decomposition, lowering, lowering_strategies
 from ..scalars import Operand, ScalarArg, as_tensor
 from .reduction import torch_max
 
@@ -224,3 +225,37 @@ def cdist_backward(
             dist = ops.pow(dist, power)
         pair = ops.where(ops.equal(dist, zero), zero, ops.div(ops.mul(g, scaled), dist))
     return ops.squeeze(ops.sum(pair, axis=-2), -2)
+
+
+@decomposition(aten._trilinear.default)
+def trilinear(
+    i1: torch.Tensor,
+    i2: torch.Tensor,
+    i3: torch.Tensor,
+    expand1: list[int],
+    expand2: list[int],
+    expand3: list[int],
+    sumdim: list[int],
+    unroll_dim: int = 1,
+) -> torch.Tensor:
+    """nn.Bilinear's product (``_trilinear``) as an einsum, which traces to
+    the products and permutes we lower; the product of all three, summed
+    over ``sumdim``, without the [batch, out, in1, in2] intermediate a
+    broadcast product would make."""
+    total = i1.dim() + len(expand1)
+    letters = string.ascii_letters[:total]
+    if set(expand1) & set(expand2) & set(expand3):
+        # A dim all three lack: torch makes it empty, an einsum cannot name
+        # it. Not from nn.Bilinear; left to torch.
+        return NotImplemented
+
+    def subscripts(expand: list[int]) -> str:
+        skip = set(expand)
+        return "".join(letters[d] for d in range(total) if d not in skip)
+
+    summed = set(sumdim)
+    out = "".join(letters[d] for d in range(total) if d not in summed)
+    equation = (
+        f"{subscripts(expand1)},{subscripts(expand2)},{subscripts(expand3)}->{out}"
+    )
+    return torch.einsum(equation, i1, i2, i3)
