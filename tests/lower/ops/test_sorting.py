@@ -46,4 +46,32 @@ def test_stable_sorts_of_64_bit_values_say_why_they_run_in_pytorch():
 
 
 def test_sorting_lowerings_build_for_every_opinfo_case():
-    check_family("sorting", ("aten.sort.stable",))
+    check_family(
+        "sorting",
+        ("aten.sort.stable", "aten.searchsorted.Tensor", "aten.searchsorted.Scalar"),
+    )
+
+
+def _searches(bins, batched_bins, values, ints):
+    return (
+        torch.searchsorted(bins, values),
+        torch.searchsorted(bins, values, right=True),
+        torch.searchsorted(bins, values, side="right", out_int32=True),
+        torch.searchsorted(batched_bins, values),
+        torch.searchsorted(bins, 0.25),
+        torch.searchsorted(bins, ints),
+        torch.bucketize(values, bins),
+    )
+
+
+def test_searchsorted_matches_eager():
+    # NeRF's importance sampling and histogram code search sorted bins:
+    # values on the bins (left and right sides differ), past both ends,
+    # NaN (past the end, as torch's binary search leaves it), integers.
+    torch.manual_seed(0)
+    bins = torch.tensor([-1.0, 0.0, 0.25, 0.25, 1.0, 3.0])
+    batched_bins = torch.sort(torch.randn(4, 7), -1).values
+    values = torch.randn(4, 9) * 2
+    values[0, :4] = torch.tensor([0.25, -1.0, 3.0, float("nan")])
+    ints = torch.tensor([[-2, 0, 1, 5]])
+    check_against_eager(_searches, bins, batched_bins, values, ints)

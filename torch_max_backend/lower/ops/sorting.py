@@ -1,4 +1,4 @@
-"""Sorting and selection: sort (stable too), topk.
+"""Sorting and selection: sort (stable too), topk; searchsorted.
 
 MAX's top_k/bottom_k select along any axis on CPU (the last axis on GPU);
 a full sort is a top_k of the whole axis. MAX's selection leaves a row that
@@ -17,7 +17,7 @@ from max.graph import TensorValue, ops
 from ...dtypes import to_torch_dtype
 from ..kit import arg_tensor, static_dim
 from ..registry import lowering
-from ..scalars import as_tensor
+from ..scalars import as_tensor, promote
 from ..shapes import along, normalize_dim, positions, static_size
 
 aten = torch.ops.aten
@@ -172,3 +172,38 @@ def sort_stable(
     size = static_size(self.shape[normalize_dim(dim, self.rank)])
     assert size is not None  # _stable_sort
     return _select(self, size, dim, descending, stable=bool(stable))
+
+
+def _no_sorter(node: torch.fx.Node) -> str | None:
+    """Without a sorter (the sequence itself sorted)."""
+    if node.kwargs.get("sorter") is not None:
+        return "searchsorted with a sorter"
+    return None
+
+
+@lowering(aten.searchsorted.Tensor, aten.searchsorted.Scalar, supports=_no_sorter)
+def searchsorted(
+    sorted_sequence: TensorValue,
+    self: TensorValue | int | float,
+    *,
+    out_int32: bool = False,
+    right: bool = False,
+    side: str | None = None,
+    sorter: TensorValue | None = None,
+) -> TensorValue:
+    """searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor
+    searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor
+    """
+    sequence, values = promote(sorted_sequence, self)
+    # Every value against every entry of its row: the count of entries
+    # torch's binary search passes over, !(entry >= value) (or > for the
+    # right side), so a NaN value lands past the end, as torch's does.
+    if sorted_sequence.rank == 1:
+        sequence = ops.reshape(sequence, [1] * values.rank + [sequence.shape[0]])
+    else:
+        sequence = ops.unsqueeze(sequence, -2)
+    values = ops.unsqueeze(values, -1)
+    past = ops.greater if right or side == "right" else ops.greater_equal
+    before = ops.cast(ops.logical_not(past(sequence, values)), DType.int64)
+    count = ops.squeeze(ops.sum(before, -1), -1)
+    return ops.cast(count, DType.int32 if out_int32 else DType.int64)
