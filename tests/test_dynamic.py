@@ -24,6 +24,8 @@ def _positions(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         torch.arange(1, n) * 2,
         torch.arange(0, n, 3),  # ceil(n / 3) elements
         torch.arange(n, dtype=torch.float32)[None] * x,
+        # Python's sum() of sizes, which Dynamo traces as torch.sym_sum.
+        x.repeat(1, 2)[:, : sum([n, n // 2, 1])] - 1,
     )
 
 

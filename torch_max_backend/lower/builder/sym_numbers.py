@@ -72,7 +72,11 @@ _ON_VALUES: dict[Callable[..., Any], tuple[Callable[..., TensorValue], type | No
 
 # Every Python-level function Dynamo and AOTAutograd leave on symbolic
 # numbers and on tuples (an op's tuple result indexed).
-SYM_TARGETS: frozenset[Callable[..., Any]] = frozenset((*_ON_VALUES, operator.getitem))
+# torch.sym_sum (Python's sum() of symbolic ints, as Dynamo traces it) is
+# a chain of additions.
+SYM_TARGETS: frozenset[Callable[..., Any]] = frozenset(
+    (*_ON_VALUES, operator.getitem, torch.sym_sum)
+)
 
 
 def dim_operand(dim: Dim, device: DeviceRef) -> ScalarArg | int:
@@ -106,6 +110,11 @@ def number_op(target: Callable[..., Any], args: list[Any], device: DeviceRef) ->
     """``target(*args)`` over plain numbers, MAX dims and run-time numbers."""
     if target is operator.getitem:
         return args[0][args[1]]
+    if target is torch.sym_sum:
+        total: Any = 0
+        for term in args[0]:
+            total = number_op(operator.add, [total, term], device)
+        return total
     symbolic = [a for a in args if isinstance(a, (Dim, ScalarArg))]
     if not symbolic:
         return _python(target)(*args)
