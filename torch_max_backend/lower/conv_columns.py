@@ -19,7 +19,7 @@ from ..kernels.library import SHIPPED, custom
 from .context import current
 from .opmath import accumulated
 from .products import product, product_by_rows
-from .shapes import static_size
+from .shapes import SizeLike, static_size
 
 Pair = tuple[int, int]
 
@@ -144,7 +144,7 @@ def depthwise_weight_grad(
 def input_grad(
     grad: TensorValue,
     weight: TensorValue,
-    size: Pair,
+    size: tuple[SizeLike, SizeLike],
     stride: Pair,
     padding: Pair,
     dilation: Pair,

@@ -120,3 +120,40 @@ def test_training_graphs_of_transposed_and_3d_convolutions_stay_on_max():
 
 def test_convolution_backward_lowerings_build_for_every_opinfo_case():
     check_family("convolution_backward", ("aten.convolution_backward.default",))
+
+
+class _SameSized(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.conv1d = torch.nn.Conv1d(4, 2, 3, padding=2, dilation=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.conv(x))
+        return y.square().mean() + self.conv1d(y.mean(2)).square().mean()
+
+
+def test_gradients_over_symbolic_image_sizes_stay_on_max(max_calls):
+    # Images whose size changes from step to step: Dynamo makes height and
+    # width symbolic, and the window kernels read them at run time. (Layers
+    # that keep the size: a backward graph whose saved activations have
+    # sizes such as (h - 1) // 2 + 1 runs in PyTorch, since graph inputs
+    # take plain symbols only.)
+    torch.manual_seed(0)
+    model = _SameSized()
+    compiled = torch.compile(model, backend=max_backend, options={"strict": True})
+    for size in ((9, 12), (14, 7)):
+        x = torch.randn(2, 3, *size)
+        torch._dynamo.mark_dynamic(x, 2)
+        torch._dynamo.mark_dynamic(x, 3)
+        model.zero_grad()
+        want = model(x)
+        want.backward()
+        expected = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        got = compiled(x)
+        got.backward()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        for p, e in zip(model.parameters(), expected, strict=True):
+            torch.testing.assert_close(p.grad, e, rtol=1e-4, atol=1e-5)
+    assert max_calls.of("forward") == 2 and max_calls.of("backward") == 2

@@ -18,12 +18,12 @@ import math
 from collections.abc import Sequence
 
 import torch
-from max.graph import TensorValue, ops
+from max.graph import Dim, TensorValue, ops
 
 from .. import conv_columns
 from ..context import current
 from ..float32_products import matmul
-from ..kit import arg_tensor, is_static
+from ..kit import arg_tensor, is_static, node_arg
 from ..opmath import accumulated
 from ..output_meta import in_meta_dtypes, wanted_outputs
 from ..reduced_axes import sum_to
@@ -41,24 +41,47 @@ aten = torch.ops.aten
 
 
 def _covered(node: torch.fx.Node) -> str | None:
-    """1-d, 2-d and 3-d convolutions, plain and transposed, with static channel, kernel and spatial sizes."""
+    """1-d, 2-d and 3-d convolutions, plain and transposed, with static
+    channel and kernel sizes; static spatial sizes too, but for ungrouped,
+    plain 1-d and 2-d ones on the CPU (their window kernels read the sizes
+    at run time)."""
     grad, input, weight = (arg_tensor(node, i) for i in range(3))
     if weight.dim() not in (3, 4, 5):
         return f"{weight.dim() - 2}-d convolution (1-d, 2-d and 3-d are supported)"
-    # The batch may be symbolic; channels, kernel and spatial sizes decide
-    # the slicing of the lowering.
-    if not (
-        is_static(input.shape[1:])
-        and is_static(grad.shape[1:])
-        and is_static(weight.shape)
-    ):
-        return "convolution backward with symbolic channel or spatial sizes"
-    return None
+    # The batch may be symbolic; channels and kernel sizes decide the
+    # slicing of the lowering.
+    if not is_static((input.shape[1], grad.shape[1], *weight.shape)):
+        return "convolution backward with symbolic channel or kernel sizes"
+    if is_static((*input.shape[2:], *grad.shape[2:])):
+        return None
+    if _by_window_kernels(node):
+        return None
+    return (
+        "convolution backward with symbolic spatial sizes (taken for "
+        "ungrouped, plain 1-d and 2-d convolutions on the CPU)"
+    )
+
+
+def _by_window_kernels(node: torch.fx.Node) -> bool:
+    """An ungrouped, plain 1-d or 2-d convolution on the CPU."""
+    weight = arg_tensor(node, 2)
+    transposed = node_arg(node, 7, "transposed", False)
+    groups = node_arg(node, 9, "groups", 1)
+    device = arg_tensor(node, 0).device.type
+    return weight.dim() in (3, 4) and not transposed and groups == 1 and device == "cpu"
+
+
+def _size(dim: Dim | int) -> int | Dim:
+    """A static size as an int, a symbolic one as the dim it is."""
+    if isinstance(dim, int):
+        return dim
+    size = static_size(dim)
+    return dim if size is None else size
 
 
 def _windows(
     input: TensorValue,
-    out_size: Sequence[int],
+    out_size: Sequence[int | Dim],
     kernel: Sequence[int],
     stride: Sequence[int],
     padding: Sequence[int],
@@ -126,7 +149,7 @@ def _grouped_weight_grad(
 
 def _fitted(
     input: TensorValue,
-    out_size: Sequence[int],
+    out_size: Sequence[int | Dim],
     kernel: Sequence[int],
     stride: Sequence[int],
     padding: Sequence[int],
@@ -140,6 +163,8 @@ def _fitted(
     where the padding is at least the stride: then the rows the windows
     read are padded and cut explicitly.
     """
+    if not all(isinstance(_size(d), int) for d in (*input.shape[2:], *out_size)):
+        return input, padding  # a plain convolution's windows always fit
     sizes = [int(n) for n in input.shape[2:]]
     window = (kernel, stride, padding, dilation)
     derived = [
@@ -170,7 +195,7 @@ def _weight_grad(
     """The weight gradient of the plain convolution of ``input`` whose
     output's gradient is ``grad``: on the CPU an ungrouped 2-d one is a
     product with its windows' matrix (conv_columns.py)."""
-    out_size = [int(d) for d in grad.shape[2:]]
+    out_size = [_size(d) for d in grad.shape[2:]]
     input, padding = _fitted(input, out_size, kernel, stride, padding, dilation)
     if groups == 1 and len(kernel) == 2 and current().device.is_cpu():
         return conv_columns.weight_grad(
@@ -207,7 +232,7 @@ def _plain_input_grad(
     dilation: Sequence[int],
     groups: int,
 ) -> TensorValue:
-    size = tuple(int(d) for d in input.shape[2:])
+    size = tuple(_size(d) for d in input.shape[2:])
     on_columns = groups == 1 and len(size) == 2 and current().device.is_cpu()
     if on_columns and _input_grad_by_columns(grad, stride):
         return conv_columns.input_grad(grad, weight, size, stride, padding, dilation)
