@@ -28,6 +28,7 @@ from .resampling import (
     _REFLECTION,
     _ZEROS,
     _source_positions,
+    in_image,
 )
 from .upsampling import _compute_in
 
@@ -35,10 +36,15 @@ aten = torch.ops.aten
 
 
 def _slope(
-    coords: TensorValue, size: int, padding_mode: int, align_corners: bool
+    coords: TensorValue,
+    clamped: TensorValue,
+    size: int,
+    padding_mode: int,
+    align_corners: bool,
 ) -> TensorValue:
     """How a pixel position moves with its grid coordinate (torch's
-    ``grid_sampler_compute_source_index_set_grad``)."""
+    ``grid_sampler_compute_source_index_set_grad``); ``clamped`` is the
+    position ``_source_positions`` gave it."""
     dtype = coords.dtype
     scale = (size - 1) / 2 if align_corners else size / 2
     slope = ops.broadcast_to(as_tensor(scale, dtype), coords.shape)
@@ -63,26 +69,11 @@ def _slope(
         even = ops.equal(flips, ops.mul(ops.floor(ops.div(flips, two)), two))
         slope = ops.mul(slope, ops.where(even, sign, ops.negate(sign)))
     # The clamp after: positions at either border or past it do not move.
-    clamped = _source_positions(coords, size, padding_mode, align_corners)
     inside = ops.logical_and(
         ops.greater(clamped, zero),
         ops.greater(as_tensor(float(size - 1), dtype), clamped),
     )
     return ops.where(inside, slope, zero)
-
-
-def _inside(xs: TensorValue, ys: TensorValue, height: int, width: int) -> TensorValue:
-    zero = as_tensor(0.0, xs.dtype)
-    return ops.logical_and(
-        ops.logical_and(
-            ops.greater_equal(xs, zero),
-            ops.greater_equal(as_tensor(float(width - 1), xs.dtype), xs),
-        ),
-        ops.logical_and(
-            ops.greater_equal(ys, zero),
-            ops.greater_equal(as_tensor(float(height - 1), ys.dtype), ys),
-        ),
-    )
 
 
 def _pixel_index(
@@ -151,7 +142,7 @@ def grid_sampler_2d_backward(
     indices, updates = [], []
     grad_x = grad_y = None
     for cx, cy, weight, *slopes in corners:
-        inside = _inside(cx, cy, height, width)
+        inside = in_image(cx, cy, height, width)
         index = _pixel_index(cx, cy, inside, batch)
         if want_input:
             w = ops.unsqueeze(ops.where(inside, weight, zero), -1)
@@ -181,10 +172,11 @@ def grid_sampler_2d_backward(
             grad_grid = ops.stack(
                 [
                     ops.mul(
-                        grad_x, _slope(coords_x, width, padding_mode, align_corners)
+                        grad_x, _slope(coords_x, xs, width, padding_mode, align_corners)
                     ),
                     ops.mul(
-                        grad_y, _slope(coords_y, height, padding_mode, align_corners)
+                        grad_y,
+                        _slope(coords_y, ys, height, padding_mode, align_corners),
                     ),
                 ],
                 axis=-1,

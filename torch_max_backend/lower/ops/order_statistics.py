@@ -23,14 +23,15 @@ from ..kit import arg_tensor, is_static, node_arg, static_dim
 from ..registry import lowering
 from ..scalars import as_tensor
 from ..shapes import normalize_dim
-from .sorting import STABLE_FLOAT_ROW, STABLE_INT_ROW, _ordering_key, _stable_key
+from .sorting import STABLE_FLOAT_ROW, STABLE_INT_ROW, _select
 
 aten = torch.ops.aten
 
 
 def _sorted_last(x: TensorValue, axis: int) -> tuple[TensorValue, TensorValue]:
     """``x`` with ``axis`` moved last (the others in order), sorted
-    ascending along it: its values and their positions in ``x``."""
+    ascending along it: its values and their positions in ``x``. Stable
+    where sort.stable can be (equal values and NaNs in order)."""
     others = [a for a in range(x.rank) if a != axis]
     moved = ops.permute(x, [*others, axis]) if axis != x.rank - 1 else x
     size = int(moved.shape[-1])
@@ -39,13 +40,7 @@ def _sorted_last(x: TensorValue, axis: int) -> tuple[TensorValue, TensorValue]:
     else:
         stable = moved.dtype in (DType.int32, DType.int16, DType.int8, DType.uint8)
         stable = stable and size <= STABLE_INT_ROW
-    if stable or moved.dtype.is_float():
-        key = _stable_key(moved, False) if stable else _ordering_key(moved)
-        _, indices = ops.bottom_k(key, size, axis=-1)
-    else:
-        _, indices = ops.bottom_k(moved, size, axis=-1)
-    values = ops.gather_nd(moved, ops.unsqueeze(indices, -1), batch_dims=moved.rank - 1)
-    return values, indices
+    return _select(moved, size, -1, largest=False, stable=stable)
 
 
 def _pick(

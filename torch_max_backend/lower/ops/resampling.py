@@ -78,6 +78,22 @@ def _source_positions(
     return ops.min(ops.max(pos, lowest), highest)
 
 
+def in_image(xs: TensorValue, ys: TensorValue, height: int, width: int) -> TensorValue:
+    """Whether each float position (x, y) lies on the image's pixels (NaN
+    fails every comparison, so it does not)."""
+    zero = as_tensor(0.0, xs.dtype)
+    return ops.logical_and(
+        ops.logical_and(
+            ops.greater_equal(xs, zero),
+            ops.greater_equal(as_tensor(float(width - 1), xs.dtype), xs),
+        ),
+        ops.logical_and(
+            ops.greater_equal(ys, zero),
+            ops.greater_equal(as_tensor(float(height - 1), ys.dtype), ys),
+        ),
+    )
+
+
 def _tap(
     pixels: TensorValue,
     xs: TensorValue,
@@ -93,16 +109,7 @@ def _tap(
     assert height is not None and width is not None
     dtype = xs.dtype
     zero = as_tensor(0.0, dtype)
-    inside = ops.logical_and(
-        ops.logical_and(
-            ops.greater_equal(xs, zero),
-            ops.greater_equal(as_tensor(float(width - 1), dtype), xs),
-        ),
-        ops.logical_and(
-            ops.greater_equal(ys, zero),
-            ops.greater_equal(as_tensor(float(height - 1), dtype), ys),
-        ),
-    )
+    inside = in_image(xs, ys, height, width)
     # Gather only valid indices; the mask zeroes what outside ones read.
     index = ops.stack(
         [
