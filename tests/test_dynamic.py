@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -92,6 +94,32 @@ def test_an_int_argument_reaches_the_backward_on_max(max_calls):
         loss(expected_w, n).backward()
         torch.testing.assert_close(w.grad, expected_w.grad)
     # From the second call, one forward and one backward serve every n.
+    assert max_calls.of("forward") == 3 and max_calls.of("backward") == 3
+
+
+def test_backward_inputs_sized_by_expressions_train_on_max(max_calls):
+    """A Linear over [batch, tokens, width] saves its input viewed as
+    [tokens * s0, width] for the backward; a sequence length that changes
+    each batch (dynamic padding) makes those sizes expressions, and the
+    backward stays on MAX, its inputs rebound to them."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)
+    )
+    expected = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=max_backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        for tokens in (5, 7, 9):
+            x = torch.randn(2, tokens, 16)
+            compiled(x).square().sum().backward()
+            expected(x).square().sum().backward()
+            for got, want in zip(
+                model.parameters(), expected.parameters(), strict=True
+            ):
+                torch.testing.assert_close(got.grad, want.grad)
+                got.grad = want.grad = None
+    # The first size compiles a static pair; the next two share a dynamic one.
     assert max_calls.of("forward") == 3 and max_calls.of("backward") == 3
 
 

@@ -33,6 +33,34 @@ def max_dim(size: int | torch.SymInt, where: str) -> int | str:
     )
 
 
+def expression_dim(expr: sympy.Expr) -> Dim | None:
+    """A size expression of symbols (``16*s0``, ``(s1 - 1)//2 + 1``) as the
+    MAX dim that computes it from the dims named after those symbols; None
+    for a form MAX dims cannot compute."""
+    from torch.utils._sympy.functions import CleanDiv, FloorDiv
+
+    if expr.is_Integer:
+        return StaticDim(int(expr))
+    if isinstance(expr, sympy.Symbol):
+        return Dim(str(expr))
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+        base = expression_dim(expr.base)
+        return None if base is None else size_product([base] * int(expr.exp))
+    parts = [expression_dim(a) for a in expr.args]
+    if any(p is None for p in parts):
+        return None
+    if isinstance(expr, sympy.Add):
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        return total
+    if isinstance(expr, sympy.Mul):
+        return size_product(parts)
+    if isinstance(expr, (FloorDiv, CleanDiv)):
+        return parts[0] // parts[1]
+    return None
+
+
 # Per MAX graph, the fresh dims named so far: names must differ within a graph
 # (one name is one size) and repeat across builds (MAX caches by graph text).
 _FRESH: weakref.WeakKeyDictionary[Graph, itertools.count] = weakref.WeakKeyDictionary()

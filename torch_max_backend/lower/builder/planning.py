@@ -22,7 +22,7 @@ from ...plan import InputKind, InputSource
 from ..opmath import HALF
 from ..passes import GraphFindings
 from ..registry import draws_random, lifts_scalars
-from ..shapes import max_dim
+from ..shapes import expression_dim, max_dim
 from .capability import lowering_of
 from .int_inputs import (
     carrier_type,
@@ -115,6 +115,9 @@ class InputPlan:
         # Those the graph uses only as numbers: the node -> its value's input.
         self.number_input_of: dict[torch.fx.Node, int] = {}
         self.int_symbols: dict[sympy.Symbol, int] = {}
+        # MAX input number -> {dim: (its size expression, where)}, for inputs
+        # whose sizes are expressions of other inputs' symbols.
+        self.expression_sizes: dict[int, dict[int, tuple[sympy.Expr, str]]] = {}
         self._kernel_nodes = {
             n for u in findings.optimizer_updates.values() for n in u.kernel_nodes
         }
@@ -139,12 +142,56 @@ class InputPlan:
         mutable: bool = False,
         device_ref: DeviceRef | None = None,
     ) -> int:
-        shape = [max_dim(s, where) for s in meta.shape]
+        index = len(self.sources)
+        shape: list[int | str] = []
+        for d, size in enumerate(meta.shape):
+            expr = size.node.expr if isinstance(size, torch.SymInt) else None
+            if expr is None or expr.is_Symbol or expr.is_number:
+                shape.append(max_dim(size, where))
+                continue
+            # A size such as ``16*s0`` (a view's saved for backward): MAX takes
+            # plain dims as inputs, so the input gets a dim of its own, which
+            # the graph rebinds to the expression (checked at run time).
+            if mutable:
+                max_dim(size, where)  # raises: a buffer is not rebound
+            self.expression_sizes.setdefault(index, {})[d] = (expr, where)
+            shape.append(f"in{index}_d{d}")
         kind = BufferType if mutable else TensorType
         device = device_ref or self.device_ref
         self.types.append(kind(to_max_dtype(meta.dtype), shape, device))
         self.sources.append(source)
         return len(self.sources) - 1
+
+    def _check_expression_sizes(self) -> None:
+        """Refuse an input size expression that MAX cannot compute from the
+        dims the graph's inputs name (a symbol no input carries as a plain
+        size, or a form other than + - * //)."""
+        named = set(self.symbols) | {self.gm_symbol(n) for n in self.int_input_of}
+        for sizes in self.expression_sizes.values():
+            for expr, where in sizes.values():
+                if expr.free_symbols <= named and expression_dim(expr) is not None:
+                    continue
+                raise MaxCompilerError(
+                    f"{where} has a size given by the expression {expr}, "
+                    "which no other input's plain sizes determine; "
+                    "torch-max-backend takes such sizes only as expressions of "
+                    "symbols that an input carries"
+                )
+
+    @staticmethod
+    def gm_symbol(node: torch.fx.Node) -> sympy.Symbol:
+        return node.meta["val"].node.expr
+
+    def rebound_shape(self, index: int, dims: list[Any]) -> list[Any] | None:
+        """The shape MAX input ``index`` is rebound to, its expression sizes
+        computed from the symbols' dims; None when it has none."""
+        sizes = self.expression_sizes.get(index)
+        if not sizes:
+            return None
+        return [
+            expression_dim(sizes[d][0]) if d in sizes else dim
+            for d, dim in enumerate(dims)
+        ]
 
     def _add_constant(
         self,
@@ -189,6 +236,7 @@ class InputPlan:
                 continue
             self.sources.append(InputSource(kind, i))
             self.int_symbols[meta.node.expr] = i
+        self._check_expression_sizes()
         for node in self.gm.graph.nodes:
             if node.op == "get_attr":
                 value = operator.attrgetter(node.target)(self.gm)

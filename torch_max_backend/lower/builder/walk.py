@@ -117,6 +117,8 @@ class NodeWalk:
         self.twins = ChannelsLastTwins()
         # Values lowerings derive once per graph (context.derived_once).
         self.derived: dict[tuple, tuple] = {}
+        # MAX input number -> the input rebound to its size expressions.
+        self.rebound: dict[int, TensorValue] = {}
         self.graph = Graph(GRAPH_NAME, input_types=inputs.types)
         # The slot kernel (kernels/mojo/slot_write.mojo) runs on the CPU.
         cpu = inputs.device.type == "cpu"
@@ -142,7 +144,20 @@ class NodeWalk:
         self.products = ProductForms(sums_allowed=summed_products)
 
     def _input(self, index: int) -> Any:
-        return self.graph.inputs[index]
+        value = self.graph.inputs[index]
+        if index not in self.inputs.expression_sizes:
+            return value
+        if index not in self.rebound:
+            # Once, at the graph's start: every reader sees the sizes as the
+            # expressions the rest of the graph computes (16*s0, not in3_d0).
+            shape = self.inputs.rebound_shape(index, list(value.tensor.shape))
+            self.rebound[index] = ops.rebind(
+                value.tensor,
+                shape,
+                f"input {index}'s sizes differ from {shape} that the graph "
+                "was traced with",
+            )
+        return self.rebound[index]
 
     def _resolve(self, value: Any) -> Any:
         if isinstance(value, torch.fx.Node):
