@@ -151,12 +151,8 @@ class NodeWalk:
             # Once, at the graph's start: every reader sees the sizes as the
             # expressions the rest of the graph computes (16*s0, not in3_d0).
             shape = self.inputs.rebound_shape(index, list(value.tensor.shape))
-            self.rebound[index] = ops.rebind(
-                value.tensor,
-                shape,
-                f"input {index}'s sizes differ from {shape} that the graph "
-                "was traced with",
-            )
+            message = f"input {index}'s sizes differ from the traced {shape}"
+            self.rebound[index] = ops.rebind(value.tensor, shape, message)
         return self.rebound[index]
 
     def _resolve(self, value: Any) -> Any:
