@@ -10,6 +10,7 @@ import sympy
 import torch
 from max.dtype import DType
 from max.graph import DeviceRef, Dim, Graph, StaticDim, TensorValue, ops
+from torch.utils._sympy.functions import CleanDiv, FloorDiv
 
 from ..errors import MaxCompilerError
 from .index_origin import origin_start, runtime_int
@@ -37,8 +38,6 @@ def expression_dim(expr: sympy.Expr) -> Dim | None:
     """A size expression of symbols (``16*s0``, ``(s1 - 1)//2 + 1``) as the
     MAX dim that computes it from the dims named after those symbols; None
     for a form MAX dims cannot compute."""
-    from torch.utils._sympy.functions import CleanDiv, FloorDiv
-
     if expr.is_Integer:
         return StaticDim(int(expr))
     if isinstance(expr, sympy.Symbol):

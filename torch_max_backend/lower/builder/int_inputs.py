@@ -32,7 +32,7 @@ from ...plan import InputKind
 from ..kit import schema_args
 from ..registry import lifts_scalars
 from ..scalars import ScalarArg
-from ..shapes import expression_dim, max_dim
+from ..shapes import max_dim
 from .sym_numbers import SYM_TARGETS, dim_operand
 
 
@@ -171,8 +171,7 @@ def int_value(
         return tensor_of(plan.int_input_of[node]).shape[0]
     # An expression of sizes (16*s0, saved for backward): computed from the
     # dims the inputs name, as the graph's own size arithmetic is.
-    named = set(plan.symbols) | {n.meta["val"].node.expr for n in plan.int_input_of}
-    if expr.free_symbols <= named and (dim := expression_dim(expr)) is not None:
+    if (dim := plan.named_dim(expr)) is not None:
         return dim
     raise MaxCompilerError(
         f"symbolic int input {node.name} ({expr}) is no tensor input's "

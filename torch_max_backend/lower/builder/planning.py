@@ -14,7 +14,7 @@ from typing import Any
 
 import sympy
 import torch
-from max.graph import BufferType, DeviceRef, TensorType
+from max.graph import BufferType, DeviceRef, Dim, TensorType, TensorValue, ops
 
 from ...dtypes import to_device_ref, to_max_dtype
 from ...errors import MaxCompilerError
@@ -166,32 +166,32 @@ class InputPlan:
         """Refuse an input size expression that MAX cannot compute from the
         dims the graph's inputs name (a symbol no input carries as a plain
         size, or a form other than + - * //)."""
-        named = set(self.symbols) | {self.gm_symbol(n) for n in self.int_input_of}
         for sizes in self.expression_sizes.values():
             for expr, where in sizes.values():
-                if expr.free_symbols <= named and expression_dim(expr) is not None:
-                    continue
-                raise MaxCompilerError(
-                    f"{where} has a size given by the expression {expr}, "
-                    "which no other input's plain sizes determine; "
-                    "torch-max-backend takes such sizes only as expressions of "
-                    "symbols that an input carries"
-                )
+                if self.named_dim(expr) is None:
+                    raise MaxCompilerError(
+                        f"{where} has a size given by the expression {expr}, "
+                        "which no other input's plain sizes determine; "
+                        "torch-max-backend takes such sizes only as expressions "
+                        "of symbols that an input carries"
+                    )
 
-    @staticmethod
-    def gm_symbol(node: torch.fx.Node) -> sympy.Symbol:
-        return node.meta["val"].node.expr
+    def named_dim(self, expr: sympy.Expr) -> Dim | None:
+        """``expr`` as a MAX dim of the symbols the inputs carry as dims
+        (tensor sizes and int carriers); None when it needs another."""
+        named = set(self.symbols) | {n.meta["val"].node.expr for n in self.int_input_of}
+        return expression_dim(expr) if expr.free_symbols <= named else None
 
-    def rebound_shape(self, index: int, dims: list[Any]) -> list[Any] | None:
-        """The shape MAX input ``index`` is rebound to, its expression sizes
-        computed from the symbols' dims; None when it has none."""
-        sizes = self.expression_sizes.get(index)
-        if not sizes:
-            return None
-        return [
-            expression_dim(sizes[d][0]) if d in sizes else dim
-            for d, dim in enumerate(dims)
+    def rebound(self, index: int, value: TensorValue) -> TensorValue:
+        """MAX input ``index`` rebound to its size expressions, checked at
+        run time."""
+        sizes = self.expression_sizes[index]
+        shape = [
+            self.named_dim(sizes[d][0]) if d in sizes else dim
+            for d, dim in enumerate(value.shape)
         ]
+        message = f"input {index}'s sizes differ from the traced {shape}"
+        return ops.rebind(value, shape, message)
 
     def _add_constant(
         self,

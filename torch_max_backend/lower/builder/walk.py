@@ -145,15 +145,11 @@ class NodeWalk:
 
     def _input(self, index: int) -> Any:
         value = self.graph.inputs[index]
-        if index not in self.inputs.expression_sizes:
-            return value
-        if index not in self.rebound:
+        if index in self.inputs.expression_sizes and index not in self.rebound:
             # Once, at the graph's start: every reader sees the sizes as the
             # expressions the rest of the graph computes (16*s0, not in3_d0).
-            shape = self.inputs.rebound_shape(index, list(value.tensor.shape))
-            message = f"input {index}'s sizes differ from the traced {shape}"
-            self.rebound[index] = ops.rebind(value.tensor, shape, message)
-        return self.rebound[index]
+            self.rebound[index] = self.inputs.rebound(index, value.tensor)
+        return self.rebound.get(index, value)
 
     def _resolve(self, value: Any) -> Any:
         if isinstance(value, torch.fx.Node):
