@@ -9,9 +9,13 @@ Each model and backend is measured in a fresh process of its own (random
 weights from one seed, so every backend sees the same model), with empty
 compile caches unless ``--caches user``: the time to the first decoded
 token (prefill and one decode step, compiling included), then greedy
-decode speed. Decode tokens/s come from the difference between generating
-1 + N tokens and generating 1 (the prefill and its first token), medians
-over --runs, so the prefill, which transformers runs eagerly, is left out.
+decode speed. A decode step's time is the time between two consecutive
+tokens (a stopping criterion that never stops reads the clock after each),
+the median over --runs generate() calls of 1 + N tokens: the prefill, which
+transformers runs eagerly, is left out, and so is how its time varies from
+one generate() to the next (by 70-240 ms for GPT-2 small in one max process
+on a 2-core Intel Xeon, which a difference of two generate() times charged
+to the decode steps).
 Every generate() uses one cache length, so each backend compiles one
 decode graph per batch size. A second fresh process over the caches the
 first filled times the first token warm, and one more, with empty caches
@@ -45,6 +49,12 @@ from tabulate import tabulate
 from benchmarks import bandwidth, device
 from benchmarks.child import ChildFailed, child_json, turn_order
 from benchmarks.decode_docs import docs_markers, machine_line, markdown
+from benchmarks.decode_models import (
+    StepClock,
+    _bytes_per_step,
+    build,
+    generate_exactly,
+)
 from benchmarks.decode_tables import (
     HEADERS,
     _first_token_rows,
@@ -56,57 +66,6 @@ from benchmarks.machine import machine, product_timings_carried
 
 BACKENDS = ("eager", "inductor", "max")
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def build(name: str) -> Any:
-    """GPT-2 small (12 layers, 768 wide, tied LM head) or a llama-style model
-    with grouped-query attention (8 query and 4 key/value heads)."""
-    import transformers
-
-    if name == "gpt2":
-        return transformers.GPT2LMHeadModel(transformers.GPT2Config())
-    config = transformers.LlamaConfig(
-        hidden_size=512,
-        intermediate_size=1536,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        vocab_size=32000,
-        tie_word_embeddings=False,
-    )
-    return transformers.LlamaForCausalLM(config)
-
-
-def generate_exactly(
-    model: Any, ids: Any, new: int, capacity: int, config: Any = None
-) -> Any:
-    """``new`` greedy tokens after ``ids``, always that many: the model's end
-    of sequence is switched off (its weights are random) rather than forced
-    away with ``min_new_tokens``, whose two logits processors mask the whole
-    vocabulary at every step, in PyTorch, whatever the backend."""
-    model.generation_config.eos_token_id = None
-    return model.generate(
-        ids,
-        max_new_tokens=new,
-        do_sample=False,
-        cache_implementation="static",
-        max_cache_len=capacity,
-        compile_config=config,
-    )
-
-
-def _bytes_per_step(model: Any, batch: int, cache_tokens: float) -> float:
-    """Weights read once (shared storage once) plus the K and V attended."""
-    seen, weights = set(), 0
-    for p in model.parameters():
-        if p.data_ptr() not in seen:
-            seen.add(p.data_ptr())
-            weights += p.numel() * p.element_size()
-    text = model.config.get_text_config()
-    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    head_dim = text.hidden_size // text.num_attention_heads
-    kv = 2 * text.num_hidden_layers * heads * head_dim * 4 * cache_tokens * batch
-    return weights + kv
 
 
 def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -132,18 +91,18 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
         ids = torch.randint(0, model.config.vocab_size, (batch, args.prompt))
         ids = ids.to(where)
 
-        def generate(new: int, ids: torch.Tensor = ids) -> torch.Tensor:
-            return generate_exactly(model, ids, new, capacity, config)
+        def generate(
+            new: int, ids: torch.Tensor = ids, clock: StepClock | None = None
+        ) -> torch.Tensor:
+            return generate_exactly(model, ids, new, capacity, config, clock)
 
-        def seconds(new: int) -> float:
-            times = []
+        def decode_steps(batch: int = batch) -> list[float]:
+            steps = []
             for _ in range(args.runs):
-                device.synchronize(where)
-                start = time.perf_counter()
-                generate(new)
-                device.synchronize(where)
-                times.append(time.perf_counter() - start)
-            return statistics.median(times)
+                clock = StepClock(batch, where)
+                generate(1 + args.new_tokens, clock=clock)
+                steps += clock.steps()
+            return steps
 
         with torch.no_grad(), warnings.catch_warnings(record=True) as fell_back:
             # A graph MAX failed to compile runs in PyTorch with a warning:
@@ -159,9 +118,8 @@ def _measure(name: str, backend: str, args: argparse.Namespace) -> dict[str, Any
             if args.first_only:
                 return {"first_token_s": first, "graphs_built": stats.graphs_built}
             generate(2)  # warm
-            prefill = seconds(1)
-            both = seconds(1 + args.new_tokens)
-        step = (both - prefill) / args.new_tokens
+            steps = decode_steps()
+        step = statistics.median(steps)
         attended = args.prompt + args.new_tokens / 2
         results[str(batch)] = {
             "first_token_s": first,

@@ -54,8 +54,8 @@ def markdown(
             "random weights; GPT-2 small (124M parameters, LM head tied to the "
             "embedding) and a llama-style model (8 layers, 512 wide, 8 query and 4 "
             "key/value heads, 32k vocabulary, 58M parameters). *tok/s* is decode "
-            "only (prefill left out), the median of "
-            f"{args.runs} runs"
+            "only: the median time from one token to the next over "
+            f"{args.runs} generate() calls (the prefill left out)"
             + (
                 f"; eager, Inductor and max: the median of {args.repeat} fresh "
                 "processes, the three taking turns round by round, each round "
@@ -131,7 +131,8 @@ def gpu_markdown(
             f"Prompt {args.prompt} tokens, {args.new_tokens} new tokens, greedy, "
             "random weights, the models, inputs and KV cache on the GPU; every "
             "clock read after `torch.cuda.synchronize()`. *tok/s* is decode "
-            f"only (prefill left out), the median of {args.runs} runs"
+            "only: the median time from one token to the next over "
+            f"{args.runs} generate() calls (the prefill left out)"
             + (
                 f"; eager, Inductor and max: the median of {args.repeat} fresh "
                 "processes, taking turns"

@@ -41,6 +41,22 @@ def test_generate_exactly_gives_every_token_with_no_logits_processor(monkeypatch
     assert [len(p) for p in processors] == [0]
 
 
+def test_the_step_clock_times_each_decode_step_and_never_stops():
+    # Decode speed comes from the time between consecutive tokens: the
+    # prefill's time, and how it varies from one generate() to the next, stay
+    # out of it.
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ticks = iter(range(100))
+    clock = decode.StepClock(batch=2, where="cpu", now=lambda: float(next(ticks)))
+    ids = torch.randint(0, 50, (2, 4))
+    with torch.no_grad():
+        out = decode.generate_exactly(model, ids, 6, capacity=11, clock=clock)
+    assert out.shape == (2, 10)  # every token: the clock stopped nothing
+    # One stamp per token, the prefill's first: five steps between six.
+    assert clock.steps() == [1.0] * 5
+
+
 def _figures(tokens_per_s: float, tokens: list) -> dict:
     return {
         "1": {
