@@ -83,11 +83,31 @@ def generate_exactly(
 
 
 def _bytes_per_step(model: Any, batch: int, cache_tokens: float) -> float:
-    """Weights read once (shared storage once) plus the K and V attended."""
+    """Weights read once (shared storage once) plus the K and V attended. A
+    lookup table that no other layer reads (an untied input embedding, GPT-2's
+    positions) gives one row per sequence, as a step gathers it; tied to the
+    LM head, it is read whole once."""
+    import torch
+
+    tables = {
+        m.weight.data_ptr()
+        for m in model.modules()
+        if isinstance(m, torch.nn.Embedding)
+    }
+    read_whole = {
+        p.data_ptr()
+        for m in model.modules()
+        if not isinstance(m, torch.nn.Embedding)
+        for p in m.parameters(recurse=False)
+    }
     seen, weights = set(), 0
     for p in model.parameters():
-        if p.data_ptr() not in seen:
-            seen.add(p.data_ptr())
+        if p.data_ptr() in seen:
+            continue
+        seen.add(p.data_ptr())
+        if p.data_ptr() in tables and p.data_ptr() not in read_whole:
+            weights += batch * p.shape[-1] * p.element_size()
+        else:
             weights += p.numel() * p.element_size()
     text = model.config.get_text_config()
     heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads

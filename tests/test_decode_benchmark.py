@@ -17,10 +17,34 @@ def test_a_tied_weight_is_read_once_and_the_cache_per_token_attended():
     config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100)
     model = transformers.GPT2LMHeadModel(config)
     assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
-    weights = 4 * sum(p.numel() for p in model.parameters())  # unique ones
+    # Unique parameters; the position table (1024 x 64) is only looked up:
+    # one row per sequence is read of it.
+    positions = model.transformer.wpe.weight.numel()
+    weights = 4 * (sum(p.numel() for p in model.parameters()) - positions)
     kv = 2 * 2 * 4 * 16 * 4  # K and V, layers, heads, head width, float32
-    assert decode._bytes_per_step(model, 1, 10) == weights + 10 * kv
-    assert decode._bytes_per_step(model, 8, 10) == weights + 80 * kv
+    row = 64 * 4
+    assert decode._bytes_per_step(model, 1, 10) == weights + row + 10 * kv
+    assert decode._bytes_per_step(model, 8, 10) == weights + 8 * row + 80 * kv
+
+
+def test_an_untied_input_embedding_is_looked_up_not_read_whole():
+    # A llama-style model's input embedding is as large as its LM head, but a
+    # decode step gathers one row of it per sequence: counting it whole would
+    # lower the bandwidth bound and flatter every backend's share of it.
+    config = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=500,
+        tie_word_embeddings=False,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    table = model.model.embed_tokens.weight.numel()
+    weights = 4 * (sum(p.numel() for p in model.parameters()) - table)
+    kv = 2 * 1 * 2 * 8 * 4  # K and V, one layer, two heads of 8, float32
+    assert decode._bytes_per_step(model, 2, 5) == weights + 2 * 32 * 4 + 10 * kv
 
 
 def test_generate_exactly_gives_every_token_with_no_logits_processor(monkeypatch):
