@@ -22,8 +22,9 @@ where PyTorch's OpenMP runtime is not libgomp.
 The price is a wake-up per parallel region of PyTorch's own: about 50-60 us
 on a 2-core Intel Xeon, where a decode step gains 1.5-2 ms (docs/benchmarks.md).
 Doing it only around MAX's executes did not pay: a worker already spinning
-keeps the spin count it started with, lowering its priority leaves it
-slowing MAX's kernels, and a region that restarts its wait cost milliseconds.
+keeps the spin count it started with, lowering its priority for each
+execute gained nothing measurable (kept low, it starves PyTorch's own
+parallel ops), and a region that restarts its wait cost milliseconds.
 """
 
 from __future__ import annotations
