@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 from benchmarks import device
@@ -52,7 +53,7 @@ class StepClock:
 
     def steps(self) -> list[float]:
         """Seconds between consecutive tokens: one per decode step."""
-        return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
+        return [b - a for a, b in pairwise(self.stamps)]
 
 
 def generate_exactly(
