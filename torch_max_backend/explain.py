@@ -21,7 +21,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .errors import MaxCompilerError
-from .lower.builder import build_graph, is_size_arithmetic, strategy_of
+from .lower.builder import build_graph, is_size_arithmetic, rewritten, strategy_of
 from .lower.conv_choice import set_conv_strategy
 from .lower.families import register_families
 from .lower.product_choice import set_product_strategy
@@ -125,6 +125,9 @@ class ExplainReport:
 def _graph_report(
     gm: torch.fx.GraphModule, name: str, settings: Settings
 ) -> GraphReport:
+    # The graph max_backend builds: after the FX passes' rewrites (RMS
+    # norms as one node, sibling products grouped).
+    gm = rewritten(gm)
     # Lowerings that raise are found by building the MAX graphs (not
     # compiling them), as max_backend decides before it compiles.
     placement = Placement(replace(settings, strict=False))

@@ -256,3 +256,8 @@ OPTIMIZER = MojoLibrary(
 ROUNDING = MojoLibrary(
     "torch_max_backend_rounding", Path(__file__).parent / "mojo_rounding"
 )
+# One input times two or three weights in one kernel (a decode step's q, k
+# and v; gate and up): likewise a library of its own.
+GROUPED = MojoLibrary(
+    "torch_max_backend_grouped", Path(__file__).parent / "mojo_grouped"
+)

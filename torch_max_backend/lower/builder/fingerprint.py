@@ -33,11 +33,14 @@ from torch._ops import OpOverload
 from ... import logs
 from ..passes import CallerOutputs
 from ..registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
+from ..row_products import ROW_PRODUCTS
 from .capability import lowering_of
 from .sym_numbers import SYM_TARGETS
 
 _PACKAGE = Path(__file__).resolve().parents[2]
 _OWN_NAMESPACES = ("aten", "prims")
+# Ops this package defines for its own rewrites: its sources describe them.
+_OWN_OPS = frozenset({ROW_PRODUCTS})
 _OWN_MODULES = "torch_max_backend."
 _log = logs.get_logger("compile")
 _PLAIN = (bool, int, float, str, type(None))
@@ -119,10 +122,13 @@ def _target(node: torch.fx.Node) -> str:
 
 
 def _described(op: OpOverload) -> bool:
-    """ATen and prims ops, and other libraries' ops that this package lowers
-    by name (registry.defer): their lowerings are its own sources."""
-    return op.namespace in _OWN_NAMESPACES or MAPPING_TORCH_ATEN_TO_MAX.lowers_by_name(
-        op
+    """ATen and prims ops, the ops of this package's rewrites, and other
+    libraries' ops that this package lowers by name (registry.defer): their
+    lowerings are its own sources."""
+    return (
+        op.namespace in _OWN_NAMESPACES
+        or op in _OWN_OPS
+        or MAPPING_TORCH_ATEN_TO_MAX.lowers_by_name(op)
     )
 
 

@@ -29,6 +29,7 @@ from ..product_kernels import (
 )
 from ..products import product
 from ..registry import Strategy, decomposition, lowering, lowering_strategies
+from ..row_products import KERNELS, MAX_ROWS, ROW_PRODUCTS, row_products
 from ..scalars import Operand, ScalarArg, as_tensor
 from .reduction import torch_max
 
@@ -95,6 +96,33 @@ mm = lowering_strategies(
     ],
     choose=_choose,
 )
+
+
+def _row_products_fit(node: torch.fx.Node) -> str | None:
+    """At most 8 float32 rows on the CPU times two or three 2-d float32 weights of their width, static sizes (our grouped kernel; passes/sibling_products.py makes such nodes)."""
+    x, weights = node.args[0].meta["val"], [w.meta["val"] for w in node.args[1]]
+    if len(weights) not in KERNELS:
+        return f"{len(weights)} weights, not 2 or 3"
+    if x.device.type != "cpu" or any(w.device.type != "cpu" for w in weights):
+        return "not on the CPU"
+    if x.dtype != torch.float32 or any(w.dtype != torch.float32 for w in weights):
+        return "not float32"
+    sizes = [*x.shape, *(d for w in weights for d in w.shape)]
+    if not all(isinstance(d, int) for d in sizes):
+        return "symbolic sizes"
+    if x.dim() != 2 or not 0 < x.shape[0] <= MAX_ROWS:
+        return f"not 1 to {MAX_ROWS} rows"
+    if any(w.dim() != 2 or w.shape[1] != x.shape[1] for w in weights):
+        return "weights not [N, K] of the rows' K"
+    return None
+
+
+@lowering(ROW_PRODUCTS, supports=_row_products_fit)
+def grouped_row_products(
+    x: TensorValue, weights: list[TensorValue]
+) -> list[TensorValue]:
+    """torch_max_backend::row_products(Tensor x, Tensor[] weights) -> Tensor[]"""
+    return row_products(x, weights)
 
 
 @lowering(aten.bmm.default)

@@ -35,6 +35,7 @@ from .optimizer_updates import find_optimizer_updates
 from .repeated_kv import find_repeated_kv
 from .repeats import without_repeats
 from .rms_norms import with_rms_norms
+from .sibling_products import with_sibling_products
 from .slot_writes import find_slot_writes
 
 __all__ = [
@@ -75,6 +76,11 @@ PASSES: tuple[GraphPass, ...] = (
     # their chains shared inner nodes, which rms_norms leaves written out.
     GraphPass("rms_norms", lambda gm, found: with_rms_norms(gm), rewrites=True),
     GraphPass("repeats", lambda gm, found: without_repeats(gm), rewrites=True),
+    # After repeats: a decode step's q, k and v read one input only once
+    # repeats has merged the views each projection takes of it.
+    GraphPass(
+        "sibling_products", lambda gm, found: with_sibling_products(gm), rewrites=True
+    ),
     GraphPass("optimizer_updates", find_optimizer_updates),
     GraphPass("mutations", find_mutations),
     GraphPass("constants", find_constants),

@@ -1,0 +1,120 @@
+"""Products of one input by several weights, made one ``row_products`` node.
+
+A decode step's attention projects its hidden rows by q, k and v, its MLP by
+gate and up: products of the same few rows by weights stored [N, K] (nn.Linear's
+layout), each otherwise a kernel of its own with MAX's fixed cost per kernel
+(lower/row_products.py). This pass gathers such siblings, two or three to a
+node, where each would be built by one of our few-rows forms that stream
+the weight as it lies (``skinny`` or ``row_sums``: the form the grouped
+kernel shares): a product this machine measured faster by MAX's matmul or
+the vendor BLAS keeps that form, and so does every product under
+``product_strategy`` naming another. Only mm nodes are gathered (no bias),
+float32 on the CPU with static sizes and at most ``MAX_ROWS`` rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import defaultdict
+
+import torch
+
+from ..product_kernels import few_rows_times_large_weight
+from ..registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
+from ..row_products import MAX_ROWS, ROW_PRODUCTS
+from .graph_copy import graph_copy
+
+_log = logging.getLogger("torch_max_backend.lower.sibling_products")
+
+aten = torch.ops.aten
+# The forms whose products the grouped kernel computes as they would.
+_STREAMING_FORMS = ("skinny", "row_sums")
+
+
+def _stored_weight(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The [N, K] tensor that mm's right operand reads transposed, if it does."""
+    weight = node.args[1]
+    if not isinstance(weight, torch.fx.Node):
+        return None
+    swaps = (
+        weight.target is aten.t.default
+        or (
+            weight.target is aten.transpose.int
+            and {d % 2 for d in weight.args[1:3]} == {0, 1}
+        )
+        or (weight.target is aten.permute.default and list(weight.args[1]) == [1, 0])
+    )
+    stored = weight.args[0] if swaps else None
+    meta = stored.meta.get("val") if isinstance(stored, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or meta.dim() != 2:
+        return None
+    return stored if meta.is_contiguous() else None
+
+
+def _groups_by_input(gm: torch.fx.GraphModule) -> list[list[torch.fx.Node]]:
+    """mm nodes that may join a group, by the input they share, in graph order."""
+    lowering = MAPPING_TORCH_ATEN_TO_MAX.get(aten.mm.default)
+    if lowering is None:
+        return []
+    by_input: dict[torch.fx.Node, list[torch.fx.Node]] = defaultdict(list)
+    for node in gm.graph.nodes:
+        if node.target is not aten.mm.default or _stored_weight(node) is None:
+            continue
+        rows = node.args[0].meta.get("val")
+        if not isinstance(rows, torch.Tensor) or not isinstance(rows.shape[0], int):
+            continue
+        if rows.shape[0] > MAX_ROWS or few_rows_times_large_weight(node) is not None:
+            continue
+        if strategy_for(lowering, node) not in _STREAMING_FORMS:
+            continue
+        by_input[node.args[0]].append(node)
+    return [members for members in by_input.values() if len(members) > 1]
+
+
+def _sizes(count: int) -> list[int]:
+    """Groups of three, and of two where three would leave one alone (the
+    kernel's arities, row_products.KERNELS)."""
+    threes, left = divmod(count, 3)
+    if left == 1:
+        return [3] * (threes - 1) + [2, 2]
+    return [3] * threes + ([2] if left == 2 else [])
+
+
+def with_sibling_products(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` with sibling products made ``row_products`` nodes; ``gm`` itself
+    when it has none (so its MAX graph stays the same)."""
+    siblings = _groups_by_input(gm)
+    if not siblings:
+        return gm
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    graph, copies = graph_copy(gm)
+    fused_count = 0
+    for members in siblings:
+        start = 0
+        for size in _sizes(len(members)):
+            group = members[start : start + size]
+            start += size
+            first = group[0]
+            weights = [_stored_weight(node) for node in group]
+            if any(order[w] > order[first] for w in weights):
+                continue  # a weight computed after the first product
+            with graph.inserting_before(copies[first]):
+                fused = graph.call_function(
+                    ROW_PRODUCTS, (copies[first.args[0]], [copies[w] for w in weights])
+                )
+                fused.meta["val"] = [node.meta["val"] for node in group]
+                for i, node in enumerate(group):
+                    item = graph.call_function(operator.getitem, (fused, i))
+                    item.meta = dict(node.meta)
+                    copies[node].replace_all_uses_with(item)
+            for node in group:
+                transposed = copies[node].args[1]
+                graph.erase_node(copies[node])
+                if not transposed.users:
+                    graph.erase_node(transposed)
+            fused_count += 1
+    if not fused_count:
+        return gm
+    _log.debug("%d groups of sibling products made one node each", fused_count)
+    return torch.fx.GraphModule(gm, graph)
