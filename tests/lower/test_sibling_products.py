@@ -29,16 +29,19 @@ def _weights(*sizes: int) -> list[torch.Tensor]:
 
 
 def _layer(x: torch.Tensor, *w: torch.Tensor) -> torch.Tensor:
-    # As a llama-style decode step: q, k, v from one row, then gate and up
-    # from the attention's result.
-    q, k, v = F.linear(x, w[0]), F.linear(x, w[1]), F.linear(x, w[2])
+    # As a llama-style decode step: q, k, v from one row (k and v with a
+    # bias, as Qwen's), then gate and up from the attention's result. The
+    # weights in the order of their use, as the captured graph takes them.
+    q, k, v = F.linear(x, w[0]), F.linear(x, w[1], w[2]), F.linear(x, w[3], w[4])
     h = x + q[:, :K] * k.sum(-1, keepdim=True) + v[:, :K]
-    return F.linear(F.silu(F.linear(h, w[3])) * F.linear(h, w[4]), w[5])
+    return F.linear(F.silu(F.linear(h, w[5])) * F.linear(h, w[6]), w[7])
 
 
 def _layer_weights() -> list[torch.Tensor]:
-    """q, k, v, gate and up [N, K]; down [K, 384]."""
-    return [*_weights(256, 256, 512, 384, 384), torch.randn(K, 384) / 384**0.5]
+    """q; k and its bias; v and its bias; gate and up [N, K]; down [K, 384]."""
+    q, k, v, gate, up = _weights(256, 256, 512, 384, 384)
+    down = torch.randn(K, 384) / 384**0.5
+    return [q, k, torch.randn(256), v, torch.randn(512), gate, up, down]
 
 
 def _count(gm: torch.fx.GraphModule, target: object) -> int:
@@ -48,12 +51,15 @@ def _count(gm: torch.fx.GraphModule, target: object) -> int:
 def test_siblings_become_one_node_that_pytorch_runs_as_before():
     x = torch.randn(1, K)
     (gm,) = aten_graphs(_layer, x, *_layer_weights())
-    assert _count(gm, aten.mm.default) == 6
+    assert _count(gm, aten.mm.default) == 4
+    assert _count(gm, aten.addmm.default) == 2
     rewritten = with_sibling_products(gm)
-    # q, k and v one node, gate and up another; the down projection alone.
+    # q, k and v one node (k's and v's biases added after), gate and up
+    # another; the down projection alone.
     assert _count(rewritten, ROW_PRODUCTS) == 2
     assert _count(rewritten, aten.mm.default) == 1
-    assert _count(gm, aten.mm.default) == 6  # the graph handed in is kept
+    assert _count(rewritten, aten.addmm.default) == 0
+    assert _count(gm, aten.mm.default) == 4  # the graph handed in is kept
     grouped = [
         len(n.args[1]) for n in rewritten.graph.nodes if n.target == ROW_PRODUCTS
     ]

@@ -8,8 +8,10 @@ node, where each would be built by one of our few-rows forms that stream
 the weight as it lies (``skinny`` or ``row_sums``: the form the grouped
 kernel shares): a product this machine measured faster by MAX's matmul or
 the vendor BLAS keeps that form, and so does every product under
-``product_strategy`` naming another. Only mm nodes are gathered (no bias),
-float32 on the CPU with static sizes and at most ``MAX_ROWS`` rows.
+``product_strategy`` naming another. mm nodes are gathered, and addmm nodes
+adding a bias of their own (Qwen-style q, k and v), whose bias is added
+after the group; float32 on the CPU with static sizes and at most
+``MAX_ROWS`` rows.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import operator
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 
@@ -32,9 +35,9 @@ aten = torch.ops.aten
 _STREAMING_FORMS = ("skinny", "row_sums")
 
 
-def _stored_weight(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The [N, K] tensor that mm's right operand reads transposed, if it does."""
-    weight = node.args[1]
+def _stored_weight(weight: object) -> torch.fx.Node | None:
+    """The [N, K] tensor that a product's right operand ``weight`` reads
+    transposed, if it does."""
     if not isinstance(weight, torch.fx.Node):
         return None
     swaps = (
@@ -52,23 +55,56 @@ def _stored_weight(node: torch.fx.Node) -> torch.fx.Node | None:
     return stored if meta.is_contiguous() else None
 
 
-def _groups_by_input(gm: torch.fx.GraphModule) -> list[list[torch.fx.Node]]:
-    """mm nodes that may join a group, by the input they share, in graph order."""
-    lowering = MAPPING_TORCH_ATEN_TO_MAX.get(aten.mm.default)
-    if lowering is None:
-        return []
-    by_input: dict[torch.fx.Node, list[torch.fx.Node]] = defaultdict(list)
+@dataclass(frozen=True)
+class _Product:
+    """An mm, or an addmm that adds a bias of its own ([N]) to the product."""
+
+    node: torch.fx.Node
+    rows: torch.fx.Node
+    weight: torch.fx.Node  # stored [N, K]
+    bias: torch.fx.Node | None
+
+
+def _product(node: torch.fx.Node) -> _Product | None:
+    if node.target is aten.mm.default:
+        rows, weight = node.args[:2]
+        bias = None
+    elif (
+        node.target is aten.addmm.default
+        and len(node.args) == 3
+        and node.kwargs.get("beta", 1) == 1
+        and node.kwargs.get("alpha", 1) == 1
+    ):
+        bias, rows, weight = node.args
+        meta = bias.meta.get("val") if isinstance(bias, torch.fx.Node) else None
+        if not isinstance(meta, torch.Tensor) or meta.dim() != 1:
+            return None
+    else:
+        return None
+    stored = _stored_weight(weight)
+    if stored is None or not isinstance(rows, torch.fx.Node):
+        return None
+    return _Product(node, rows, stored, bias)
+
+
+def _groups_by_input(gm: torch.fx.GraphModule) -> list[list[_Product]]:
+    """Products that may join a group, by the input they share, in graph order."""
+    by_input: dict[torch.fx.Node, list[_Product]] = defaultdict(list)
     for node in gm.graph.nodes:
-        if node.target is not aten.mm.default or _stored_weight(node) is None:
+        product = _product(node)
+        if product is None:
             continue
-        rows = node.args[0].meta.get("val")
+        lowering = MAPPING_TORCH_ATEN_TO_MAX.get(node.target)
+        if lowering is None:
+            continue
+        rows = product.rows.meta.get("val")
         if not isinstance(rows, torch.Tensor) or not isinstance(rows.shape[0], int):
             continue
         if rows.shape[0] > MAX_ROWS or few_rows_times_large_weight(node) is not None:
             continue
         if strategy_for(lowering, node) not in _STREAMING_FORMS:
             continue
-        by_input[node.args[0]].append(node)
+        by_input[product.rows].append(product)
     return [members for members in by_input.values() if len(members) > 1]
 
 
@@ -95,22 +131,33 @@ def with_sibling_products(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         for size in _sizes(len(members)):
             group = members[start : start + size]
             start += size
-            first = group[0]
-            weights = [_stored_weight(node) for node in group]
-            if any(order[w] > order[first] for w in weights):
-                continue  # a weight computed after the first product
+            first = group[0].node
+            needed = [p.weight for p in group] + [
+                p.bias for p in group if p.bias is not None
+            ]
+            if any(order[n] > order[first] for n in needed):
+                continue  # a weight or bias computed after the first product
             with graph.inserting_before(copies[first]):
                 fused = graph.call_function(
-                    ROW_PRODUCTS, (copies[first.args[0]], [copies[w] for w in weights])
+                    ROW_PRODUCTS,
+                    (copies[group[0].rows], [copies[p.weight] for p in group]),
                 )
-                fused.meta["val"] = [node.meta["val"] for node in group]
-                for i, node in enumerate(group):
-                    item = graph.call_function(operator.getitem, (fused, i))
-                    item.meta = dict(node.meta)
-                    copies[node].replace_all_uses_with(item)
-            for node in group:
-                transposed = copies[node].args[1]
-                graph.erase_node(copies[node])
+                fused.meta["val"] = [p.node.meta["val"] for p in group]
+                for i, product in enumerate(group):
+                    result = graph.call_function(operator.getitem, (fused, i))
+                    result.meta = dict(product.node.meta)
+                    if product.bias is not None:
+                        # addmm's bias added after the product, as eager's
+                        # addmm adds it (beta and alpha 1).
+                        result = graph.call_function(
+                            aten.add.Tensor, (result, copies[product.bias])
+                        )
+                        result.meta = dict(product.node.meta)
+                    copies[product.node].replace_all_uses_with(result)
+            for product in group:
+                node = copies[product.node]
+                transposed = node.args[2 if product.bias is not None else 1]
+                graph.erase_node(node)
                 if not transposed.users:
                     graph.erase_node(transposed)
             fused_count += 1
