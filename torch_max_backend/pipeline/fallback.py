@@ -28,7 +28,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule, topo_sort
 
 from .. import logs
 from ..errors import LoweringError, MaxCompilerError, describe_value, first_line
-from ..lower.builder import is_size_arithmetic, why_unsupported
+from ..lower.builder import STANDS_FOR, is_size_arithmetic, why_unsupported
 from ..settings import Settings
 from .handoff import keep_eager_layouts
 
@@ -47,7 +47,10 @@ def forced_to_torch(node: torch.fx.Node, names: frozenset[str]) -> bool:
     if str(target) in names:
         return True
     packet = getattr(target, "overloadpacket", None)
-    return packet is not None and str(packet) in names
+    if packet is not None and str(packet) in names:
+        return True
+    # A rewrite's node (lower/passes/) runs where the ops it replaced would.
+    return bool(STANDS_FOR.get(target, frozenset()) & names)
 
 
 def torch_reason(node: torch.fx.Node, settings: Settings) -> str | None:

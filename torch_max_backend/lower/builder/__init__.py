@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from ..passes import ALL_OUTPUTS, CallerOutputs, GraphFindings, analyzed, rewritten
+from ..passes import (
+    ALL_OUTPUTS,
+    STANDS_FOR,
+    CallerOutputs,
+    GraphFindings,
+    analyzed,
+    rewritten,
+)
 from .capability import (
     check_supported,
     computes_nothing,
@@ -28,6 +35,7 @@ __all__ = [
     "ALL_OUTPUTS",
     "GRAPH_NAME",
     "HIGHER_ORDER_COVERAGE",
+    "STANDS_FOR",
     "BuiltGraph",
     "CallerOutputs",
     "GraphFindings",

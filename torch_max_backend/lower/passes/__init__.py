@@ -35,12 +35,13 @@ from .optimizer_updates import find_optimizer_updates
 from .repeated_kv import find_repeated_kv
 from .repeats import without_repeats
 from .rms_norms import with_rms_norms
-from .sibling_products import with_sibling_products
+from .sibling_products import STANDS_FOR, with_sibling_products
 from .slot_writes import find_slot_writes
 
 __all__ = [
     "ALL_OUTPUTS",
     "PASSES",
+    "STANDS_FOR",
     "CallerOutputs",
     "Coefficient",
     "EagerLayout",

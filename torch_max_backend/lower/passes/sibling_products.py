@@ -33,6 +33,13 @@ _log = logging.getLogger("torch_max_backend.lower.sibling_products")
 aten = torch.ops.aten
 # The forms whose products the grouped kernel computes as they would.
 _STREAMING_FORMS = ("skinny", "row_sums")
+# The ops a node of this pass stands for: ``torch_executed_ops`` naming one
+# runs the node in PyTorch too (pipeline/fallback.py), as the user asked.
+STANDS_FOR: dict[object, frozenset[str]] = {
+    ROW_PRODUCTS: frozenset(
+        {"aten.mm", "aten.mm.default", "aten.addmm", "aten.addmm.default"}
+    )
+}
 
 
 def _stored_weight(weight: object) -> torch.fx.Node | None:
