@@ -22,9 +22,6 @@ from .shapes import static_size
 aten = torch.ops.aten
 
 
-_TRANSPOSES = {aten.t.default, aten.transpose.int, aten.permute.default}
-
-
 def _left_index(node: torch.fx.Node) -> int:
     """Where mm's or addmm's left operand is among its arguments: mm's
     operands are its first two, addmm's follow the bias."""
@@ -37,14 +34,31 @@ def _operands(node: torch.fx.Node) -> tuple[torch.Tensor, object]:
     return arg_tensor(node, left), node_arg(node, left + 1, "mat2", None)
 
 
-def _reads_stored_rows(weight: object) -> bool:
-    """Whether a product's right operand is a 2-d tensor with contiguous rows
-    read transposed: a weight stored [N, K], as nn.Linear keeps it."""
-    if not isinstance(weight, torch.fx.Node) or weight.target not in _TRANSPOSES:
-        return False
+def _swaps_two_dims(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a transpose of a 2-d tensor's two dims."""
+    if node.target is aten.t.default:
+        return True
+    if node.target is aten.transpose.int:
+        return {d % 2 for d in node.args[1:3]} == {0, 1}
+    return node.target is aten.permute.default and list(node.args[1]) == [1, 0]
+
+
+def stored_rows(weight: object) -> torch.fx.Node | None:
+    """The tensor a product's right operand ``weight`` reads transposed, where
+    that is a 2-d tensor with contiguous rows: a weight stored [N, K], as
+    nn.Linear keeps it; else None."""
+    if not isinstance(weight, torch.fx.Node) or not _swaps_two_dims(weight):
+        return None
     stored = weight.args[0]
     meta = stored.meta.get("val") if isinstance(stored, torch.fx.Node) else None
-    return isinstance(meta, torch.Tensor) and meta.dim() == 2 and meta.is_contiguous()
+    if isinstance(meta, torch.Tensor) and meta.dim() == 2 and meta.is_contiguous():
+        return stored
+    return None
+
+
+def _reads_stored_rows(weight: object) -> bool:
+    """Whether a product's right operand reads a weight stored [N, K]."""
+    return stored_rows(weight) is not None
 
 
 def one_row_times_stored_rows(node: torch.fx.Node) -> str | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..product_kernels import few_rows_times_large_weight
+from ..product_kernels import few_rows_times_large_weight, stored_rows
 from ..registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 from ..row_products import MAX_ROWS, ROW_PRODUCTS
 from .graph_copy import graph_copy
@@ -42,33 +42,14 @@ STANDS_FOR: dict[object, frozenset[str]] = {
 }
 
 
-def _stored_weight(weight: object) -> torch.fx.Node | None:
-    """The [N, K] tensor that a product's right operand ``weight`` reads
-    transposed, if it does."""
-    if not isinstance(weight, torch.fx.Node):
-        return None
-    swaps = (
-        weight.target is aten.t.default
-        or (
-            weight.target is aten.transpose.int
-            and {d % 2 for d in weight.args[1:3]} == {0, 1}
-        )
-        or (weight.target is aten.permute.default and list(weight.args[1]) == [1, 0])
-    )
-    stored = weight.args[0] if swaps else None
-    meta = stored.meta.get("val") if isinstance(stored, torch.fx.Node) else None
-    if not isinstance(meta, torch.Tensor) or meta.dim() != 2:
-        return None
-    return stored if meta.is_contiguous() else None
-
-
 @dataclass(frozen=True)
 class _Product:
     """An mm, or an addmm that adds a bias of its own ([N]) to the product."""
 
     node: torch.fx.Node
     rows: torch.fx.Node
-    weight: torch.fx.Node  # stored [N, K]
+    read: torch.fx.Node  # the product's right operand: the weight transposed
+    weight: torch.fx.Node  # as stored, [N, K]
     bias: torch.fx.Node | None
 
 
@@ -88,10 +69,10 @@ def _product(node: torch.fx.Node) -> _Product | None:
             return None
     else:
         return None
-    stored = _stored_weight(weight)
+    stored = stored_rows(weight)
     if stored is None or not isinstance(rows, torch.fx.Node):
         return None
-    return _Product(node, rows, stored, bias)
+    return _Product(node, rows, weight, stored, bias)
 
 
 def _groups_by_input(gm: torch.fx.GraphModule) -> list[list[_Product]]:
@@ -162,11 +143,9 @@ def with_sibling_products(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                         result.meta = dict(product.node.meta)
                     copies[product.node].replace_all_uses_with(result)
             for product in group:
-                node = copies[product.node]
-                transposed = node.args[2 if product.bias is not None else 1]
-                graph.erase_node(node)
-                if not transposed.users:
-                    graph.erase_node(transposed)
+                graph.erase_node(copies[product.node])
+                if not copies[product.read].users:
+                    graph.erase_node(copies[product.read])
             fused_count += 1
     if not fused_count:
         return gm
