@@ -32,7 +32,13 @@ from .lower.families import register_families
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
 from .pipeline.background import Finish, compile_in_background, compiled_together
-from .pipeline.compiling import compiled_graph, in_pytorch, start_max, wait_for
+from .pipeline.compiling import (
+    compiled_graph,
+    in_pytorch,
+    settle_timing,
+    start_max,
+    wait_for,
+)
 from .pipeline.deferred import FirstCallWaits, once, when_all_done
 from .pipeline.fallback import (
     Placement,
@@ -253,6 +259,7 @@ def max_backend(
     settings = Settings.resolve(options, mode)
     set_product_strategy(settings.product_strategy)
     set_conv_strategy(settings.conv_strategy)
+    settle_timing(settings)
     compiler = functools.partial(compile_aten_graph, settings=settings)
     backend = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),

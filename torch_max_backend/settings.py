@@ -167,11 +167,12 @@ class Settings:
             ``OMP_WAIT_POLICY=PASSIVE`` would; left alone where the user
             set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``. Process-wide
             and once: it cannot be undone in a process.
-        idle_max_poller: when a CPU graph is first compiled, look for
-            MAX's runtime polling thread (it wakes every 100 us and
-            preempts MAX's own kernels) and let it run only on idle cores
-            (Linux ``SCHED_IDLE``; runtime/max_poller.py). Process-wide and
-            once.
+        idle_max_poller: when a CPU graph is first compiled, or its
+            product forms first timed, look for MAX's runtime polling thread
+            (it wakes every 100 us and preempts MAX's own kernels) and let
+            it run only on idle cores (Linux ``SCHED_IDLE``;
+            runtime/max_poller.py); forms are timed once it is found.
+            Process-wide and once.
         rest_max_workers: when a CPU graph is first compiled, let MAX's
             worker threads rest at nice 19 after each execute of a
             millisecond or more and take their priority back before the next

@@ -55,6 +55,22 @@ _BUDGET_S = 0.5
 # Streamed timing: the copies of W together hold at least this many times
 # the last-level cache, so each copy is read from memory.
 _CACHES_OF_COPIES = 2
+# Run before a timing's timed calls, after its first executes (which start
+# MAX's CPU runtime): the backend's way of making that runtime run as a
+# compiled graph's calls will (settle_timing_with). None: as it is.
+_settle: Callable[[], object] | None = None
+
+
+def settle_timing_with(settle: Callable[[], object] | None) -> None:
+    """Process-wide: ``settle`` runs before the timed calls of every timing
+    of forms (products here, convolutions in conv_timing.py). The backend
+    passes what idles MAX's polling thread, which preempts a kernel's task
+    thousands of times a second until then: timed under it, one-row
+    products ran 11-33 % slower than in the graphs they were timed for, and
+    the fastest form changed at some shapes (docs/benchmarks.md)."""
+    global _settle
+    _settle = settle
+
 
 _log = logs.get_logger("compile")
 _lock = threading.Lock()
@@ -222,7 +238,9 @@ def interleaved_medians(
     """Median microseconds of each of ``runs``, called in turn round after
     round, so that a machine whose speed drifts favours none of them: at
     least ``min_rounds`` rounds, more while ``budget_s`` lasts, at most
-    ``max_rounds``."""
+    ``max_rounds``; the runtime settled first (``settle_timing_with``)."""
+    if _settle is not None:
+        _settle()
     samples: dict[str, list[float]] = {name: [] for name in runs}
     started = time.perf_counter()
     rounds = 0

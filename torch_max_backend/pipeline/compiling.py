@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import logs
 from ..errors import MaxCompilerError, first_line
+from ..kernels.product_timing import settle_timing_with
 from ..logs import show_on_stderr
 from ..plan import GraphPlan
 from ..runtime import huge_pages, max_poller, max_workers, torch_threads
@@ -49,6 +50,13 @@ def in_pytorch(
         stacklevel=2,
     )
     return make_boxed_func(gm.forward)
+
+
+def settle_timing(settings: Settings) -> None:
+    """Product and convolution forms timed while a graph is built run as its
+    calls will: with MAX's polling thread idled, where the graph's compile
+    idles it (below)."""
+    settle_timing_with(max_poller.idle_for_timing if settings.idle_max_poller else None)
 
 
 def start_max(

@@ -39,6 +39,11 @@ _lock = threading.Lock()
 _started = False
 _found = threading.Event()
 _idled: list[int] = []
+_timing_waited = False
+# How long the first timing of forms waits for the poller to be found: a
+# poller that is running is found within one look (20 ms sampled, after a
+# pause of 20 ms).
+TIMING_WAIT_S = 1.0
 
 # What separates the poller from a thread that merely woke a few times.
 _SAMPLE_S = 0.02
@@ -167,6 +172,24 @@ def idle_poller() -> bool:
         target=_look, name="torch-max-backend-max-poller", daemon=True
     ).start()
     return True
+
+
+def idle_for_timing() -> None:
+    """Before product or convolution forms are timed (their first executes
+    have started MAX's runtime, and with it the poller): the search started
+    and, once per process, waited for up to ``TIMING_WAIT_S``, so that the
+    forms are timed as the graphs' calls will run. A search that finds
+    nothing in that time goes on; later timings do not wait for it."""
+    global _timing_waited
+    if not idle_poller() or _timing_waited:
+        return
+    _timing_waited = True
+    if not _found.wait(TIMING_WAIT_S):
+        _log.info(
+            "torch-max-backend: products timed before MAX's polling thread "
+            "was found (%.1f s)",
+            TIMING_WAIT_S,
+        )
 
 
 def idled(timeout: float | None = None) -> list[int]:
