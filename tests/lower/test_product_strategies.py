@@ -166,6 +166,49 @@ def test_a_measured_choice_is_timed_once_and_reread(monkeypatch, choice_table):
     assert other.path != path and other.get(key) is None
 
 
+@pytest.mark.measured_products
+def test_choices_timed_under_an_older_rule_are_timed_again(
+    monkeypatch, choice_table, caplog
+):
+    """Version 1's tables were timed while MAX's polling thread preempted the
+    forms' tasks: their choices are not reused, and not warned about."""
+    register_families()
+    timed = []
+
+    def fake_timing(rows, k, n, weight_nk, forms, streamed=False, dtype=None):
+        timed.append((rows, k, n))
+        return {form: (1.0 if form == "matmul" else 9.0) for form in forms}
+
+    from torch_max_backend.kernels import product_timing
+
+    monkeypatch.setattr(product_timing, "time_forms", fake_timing)
+    gm = make_fx(F.linear, tracing_mode="fake")(
+        torch.zeros(8, 512), torch.zeros(768, 512)
+    )
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    lower = MAPPING_TORCH_ATEN_TO_MAX[node.target]
+    assert strategy_for(lower, node) == "matmul"
+    path = product_choice.choices_here().path
+    saved = json.loads(path.read_text())
+    assert saved["version"] == product_choices.FORMAT_VERSION == 2
+    (key,) = saved["choices"]
+    # The same table written by version 1, its entry chosen otherwise.
+    earlier = {"choice": "skinny", "us": {"matmul": 9.0, "skinny": 1.0}}
+    path.write_text(json.dumps({**saved, "version": 1, "choices": {key: earlier}}))
+    monkeypatch.setattr(product_choice, "_table", None)
+    with caplog.at_level("INFO", logger="torch_max_backend"):
+        assert strategy_for(lower, node) == "matmul"
+    assert len(timed) == 2, "timed again"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    saved = json.loads(path.read_text())
+    assert saved["version"] == 2 and saved["choices"][key]["choice"] == "matmul"
+    # At this version the same entry is read as it is, without timing.
+    path.write_text(json.dumps({**saved, "choices": {key: earlier}}))
+    monkeypatch.setattr(product_choice, "_table", None)
+    assert strategy_for(lower, node) == "skinny"
+    assert len(timed) == 2
+
+
 @needs_vendor_bfloat16
 @pytest.mark.measured_products
 def test_a_bfloat16_product_is_timed_in_bfloat16(monkeypatch, choice_table):
