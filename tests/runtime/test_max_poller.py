@@ -140,6 +140,7 @@ def test_only_the_first_timing_waits_for_a_poller_not_found(monkeypatch):
     """A runtime whose poller is never found (another MAX version) costs one
     timing ``TIMING_WAIT_S``, not every timing."""
     monkeypatch.setattr(max_poller, "idle_poller", lambda: True)
+    monkeypatch.setattr(max_poller, "find_pollers", lambda: [])
     monkeypatch.setattr(max_poller, "_found", threading.Event())
     monkeypatch.setattr(max_poller, "_timing_waited", False)
     monkeypatch.setattr(max_poller, "TIMING_WAIT_S", 0.2)
@@ -149,3 +150,23 @@ def test_only_the_first_timing_waits_for_a_poller_not_found(monkeypatch):
         max_poller.idle_for_timing()
         waits.append(time.perf_counter() - started)
     assert waits[0] >= 0.2 and max(waits[1:]) < 0.05
+
+
+def test_a_timing_looks_for_the_poller_itself(monkeypatch):
+    """The search may be in a pause of seconds when a timing's executes start
+    the poller: the timing looks at once, and what it finds ends the
+    search's waiting too."""
+    found = threading.Event()
+    idled_now: list[int] = []
+    monkeypatch.setattr(max_poller, "idle_poller", lambda: True)
+    monkeypatch.setattr(max_poller, "_found", found)
+    monkeypatch.setattr(max_poller, "_idled", idled_now)
+    monkeypatch.setattr(max_poller, "_timing_waited", False)
+    monkeypatch.setattr(max_poller, "find_pollers", lambda: [4242])
+    monkeypatch.setattr(max_poller, "_idle", lambda tids: list(tids))
+    started = time.perf_counter()
+    max_poller.idle_for_timing()
+    assert time.perf_counter() - started < 0.5
+    assert found.is_set() and idled_now == [4242]
+    max_poller._record([4242])  # the search, finding it later, adds nothing
+    assert idled_now == [4242]

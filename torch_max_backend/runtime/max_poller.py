@@ -40,9 +40,8 @@ _started = False
 _found = threading.Event()
 _idled: list[int] = []
 _timing_waited = False
-# How long the first timing of forms waits for the poller to be found: a
-# poller that is running is found within one look (20 ms sampled, after a
-# pause of 20 ms).
+# How long the first timing of forms looks for the poller: one that is
+# running is found in one look (20 ms sampled).
 TIMING_WAIT_S = 1.0
 
 # What separates the poller from a thread that merely woke a few times.
@@ -146,15 +145,24 @@ def search(
     return []
 
 
+def _record(pollers: list[int]) -> None:
+    """``pollers``, found by the search or by a timing's own look, idled and
+    kept; the first to find them ends the waiting."""
+    with _lock:
+        if _found.is_set():
+            return
+        _idled.extend(_idle(pollers))
+        if _idled:  # else _idle said why
+            _log.info(
+                "torch-max-backend: MAX's polling thread %s now runs only on "
+                "idle cores (SCHED_IDLE)",
+                _idled,
+            )
+        _found.set()
+
+
 def _look() -> None:
-    _idled.extend(_idle(search()))
-    if _idled:  # else _idle said why
-        _log.info(
-            "torch-max-backend: MAX's polling thread %s now runs only on idle "
-            "cores (SCHED_IDLE)",
-            _idled,
-        )
-    _found.set()
+    _record(search())
 
 
 def idle_poller() -> bool:
@@ -176,15 +184,21 @@ def idle_poller() -> bool:
 
 def idle_for_timing() -> None:
     """Before product or convolution forms are timed (their first executes
-    have started MAX's runtime, and with it the poller): the search started
-    and, once per process, waited for up to ``TIMING_WAIT_S``, so that the
-    forms are timed as the graphs' calls will run. A search that finds
-    nothing in that time goes on; later timings do not wait for it."""
+    have started MAX's runtime, and with it the poller): the search started,
+    and the poller looked for here and now (the search may be in one of its
+    long pauses), once per process and for up to ``TIMING_WAIT_S``, so that
+    the forms are timed as the graphs' calls will run. If nothing is found
+    in that time the search goes on; later timings do not wait for it."""
     global _timing_waited
-    if not idle_poller() or _timing_waited:
+    if not idle_poller() or _timing_waited or _found.is_set():
         return
     _timing_waited = True
-    if not _found.wait(TIMING_WAIT_S):
+    deadline = time.monotonic() + TIMING_WAIT_S
+    while not _found.is_set() and time.monotonic() < deadline:
+        pollers = find_pollers()
+        if pollers:
+            _record(pollers)
+    if not _found.is_set():
         _log.info(
             "torch-max-backend: products timed before MAX's polling thread "
             "was found (%.1f s)",
