@@ -131,10 +131,11 @@ def test_a_named_library_that_is_not_mkl_is_refused(monkeypatch, tmp_path):
         vendor_blas.vendor_blas.cache_clear()
 
 
-@pytest.mark.measured_products
-def test_a_measured_choice_is_timed_once_and_reread(monkeypatch, choice_table):
+def _linear_timed_as_matmul(monkeypatch) -> tuple[list, object, torch.fx.Node]:
+    """An 8x512 @ [768, 512] product whose timing (faked) finds MAX's matmul
+    fastest: the timings asked for, its lowering and its node."""
     register_families()
-    timed = []
+    timed: list = []
 
     def fake_timing(rows, k, n, weight_nk, forms, streamed=False, dtype=None):
         timed.append((rows, k, n, weight_nk, tuple(forms)))
@@ -148,7 +149,12 @@ def test_a_measured_choice_is_timed_once_and_reread(monkeypatch, choice_table):
         torch.zeros(8, 512), torch.zeros(768, 512)
     )
     (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
-    lower = MAPPING_TORCH_ATEN_TO_MAX[node.target]
+    return timed, MAPPING_TORCH_ATEN_TO_MAX[node.target], node
+
+
+@pytest.mark.measured_products
+def test_a_measured_choice_is_timed_once_and_reread(monkeypatch, choice_table):
+    timed, lower, node = _linear_timed_as_matmul(monkeypatch)
     assert strategy_for(lower, node) == "matmul"  # the rule would say skinny
     assert strategy_for(lower, node) == "matmul"
     assert len(timed) == 1 and timed[0][:4] == (8, 512, 768, True)
@@ -172,21 +178,7 @@ def test_choices_timed_under_an_older_rule_are_timed_again(
 ):
     """Version 1's tables were timed while MAX's polling thread preempted the
     forms' tasks: their choices are not reused, and not warned about."""
-    register_families()
-    timed = []
-
-    def fake_timing(rows, k, n, weight_nk, forms, streamed=False, dtype=None):
-        timed.append((rows, k, n))
-        return {form: (1.0 if form == "matmul" else 9.0) for form in forms}
-
-    from torch_max_backend.kernels import product_timing
-
-    monkeypatch.setattr(product_timing, "time_forms", fake_timing)
-    gm = make_fx(F.linear, tracing_mode="fake")(
-        torch.zeros(8, 512), torch.zeros(768, 512)
-    )
-    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
-    lower = MAPPING_TORCH_ATEN_TO_MAX[node.target]
+    timed, lower, node = _linear_timed_as_matmul(monkeypatch)
     assert strategy_for(lower, node) == "matmul"
     path = product_choice.choices_here().path
     saved = json.loads(path.read_text())
