@@ -15,12 +15,13 @@ def forms_child(
     """Each (M, K, N) shape's forms as the lowering times them
     (product_strategy auto), the weight in the cache or (``streamed``) read
     from memory."""
-    from torch_max_backend.kernels.product_timing import settle_timing_with, time_forms
+    from torch_max_backend.kernels.product_timing import time_forms
     from torch_max_backend.kernels.vendor_blas import vendor_blas
-    from torch_max_backend.runtime import max_poller
+    from torch_max_backend.pipeline.compiling import settle_timing
+    from torch_max_backend.settings import Settings
 
-    # As the backend times them: once MAX's polling thread is idled.
-    settle_timing_with(max_poller.idle_for_timing)
+    # Timed as the backend times them, by the same settings.
+    settle_timing(Settings.resolve())
 
     figures = {}
     for m, k, n in shapes:
