@@ -174,8 +174,8 @@ class Settings:
             runtime/max_poller.py); forms are timed once it is found.
             Process-wide and once.
         rest_max_workers: when a CPU graph is first compiled, let MAX's
-            worker threads rest at nice 19 after each execute of a
-            millisecond or more and take their priority back before the next
+            worker threads rest at nice 19 after each execute of 5 ms or
+            more and take their priority back before the next
             (they keep spinning long after long executes, on the cores the
             caller's Python needs; runtime/max_workers.py). Only where the
             process may raise a thread's priority back. Process-wide.

@@ -13,8 +13,8 @@ ms of its own CPU (docs/benchmarks.md).
 
 So, where the process may raise a thread's priority back (``CAP_SYS_NICE``,
 or an ``RLIMIT_NICE`` that allows it; root on most hosts, not in a default
-container), the workers rest at nice 19 after an execute of a millisecond
-or more and get their nice value back before the next execute starts. Their
+container), the workers rest at nice 19 after an execute of ``REST_AFTER_S``
+(5 ms) or more and get their nice value back before the next execute starts. Their
 spinning then takes only what the caller leaves; while MAX computes they run
 as before. Short executes (a small graph called in a loop) change nothing,
 so that such calls pay no system call. Where raising is not allowed nothing
@@ -38,8 +38,12 @@ _log = logs.get_logger("runtime")
 # any other runnable thread of normal priority takes its core.
 RESTING_NICE = 19
 # An execute shorter than this leaves the workers as they are: after it they
-# spin for little time, and a loop of small graphs pays no system calls.
-REST_AFTER_S = 1e-3
+# spin for little time, and resting them costs a loop of small graphs four
+# system calls a call. Executes of 1-2.5 ms called back to back (the suite's
+# MLP forward and its training step) ran 3-7 % slower rested after each, on
+# an Intel Xeon; GPT-2's 20 ms decode step ran 4-8 % faster rested, the
+# llama-style model's 6.5 ms one about as fast (docs/benchmarks.md).
+REST_AFTER_S = 5e-3
 
 _lock = threading.Lock()
 _enabled = False
@@ -139,7 +143,7 @@ def _set_all(resting: bool) -> None:
 @no_type_check  # called at every CPU execute: no runtime type check
 def run(execute: Callable[[Any], Any], inputs: Any) -> Any:
     """``execute(inputs)`` with MAX's workers awake, resting after it if it
-    took a millisecond or more and no other execute is in flight."""
+    took ``REST_AFTER_S`` or more and no other execute is in flight."""
     _in_flight.append(None)
     if _resting:
         with _lock:
