@@ -14,11 +14,12 @@ ms of its own CPU (docs/benchmarks.md).
 So, where the process may raise a thread's priority back (``CAP_SYS_NICE``,
 or an ``RLIMIT_NICE`` that allows it; root on most hosts, not in a default
 container), the workers rest at nice 19 after an execute of ``REST_AFTER_S``
-(5 ms) or more and get their nice value back before the next execute starts. Their
-spinning then takes only what the caller leaves; while MAX computes they run
-as before. Short executes (a small graph called in a loop) change nothing,
-so that such calls pay no system call. Where raising is not allowed nothing
-is done, since a worker lowered once could not be raised again.
+(5 ms) or more and get their nice value back before the next execute
+starts. Their spinning then takes only what the caller leaves; while MAX
+computes they run as before. Shorter executes (a small model called in a
+loop) change nothing, so that such calls pay no system call. Where raising
+is not allowed nothing is done, since a worker lowered once could not be
+raised again.
 """
 
 from __future__ import annotations
