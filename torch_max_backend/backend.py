@@ -29,6 +29,7 @@ from .lower.builder import (
 )
 from .lower.conv_choice import set_conv_strategy
 from .lower.families import register_families
+from .lower.packed_products import mark_frozen
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
 from .pipeline.background import Finish, compile_in_background, compiled_together
@@ -85,6 +86,7 @@ def compile_aten_graph(
     # The FX passes' rewrites, before the fingerprint: a warm start plans
     # the graph that was built (lower/passes/).
     gm = rewritten(gm)
+    mark_frozen(gm, kind, settings.frozen_weights)
     if settings.strict and needs_torch(gm, Placement(settings)):
         check_supported([gm])
     if settings.verbose:

@@ -24,6 +24,7 @@ from .errors import MaxCompilerError
 from .lower.builder import build_graph, is_size_arithmetic, rewritten, strategy_of
 from .lower.conv_choice import set_conv_strategy
 from .lower.families import register_families
+from .lower.packed_products import mark_frozen
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
 from .pipeline.fallback import Placement, op_count, partitioner, settle
@@ -128,6 +129,7 @@ def _graph_report(
     # The graph max_backend builds: after the FX passes' rewrites (RMS
     # norms as one node, sibling products grouped).
     gm = rewritten(gm)
+    mark_frozen(gm, name.partition("_")[0], settings.frozen_weights)
     # Lowerings that raise are found by building the MAX graphs (not
     # compiling them), as max_backend decides before it compiles.
     placement = Placement(replace(settings, strict=False))

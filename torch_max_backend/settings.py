@@ -71,6 +71,7 @@ PRODUCT_STRATEGIES = (
     "vendor",
     "tiled",
     "streamed",
+    "vendor_packed",
 )
 # How a convolution is built (lower/conv_choice.py): our tiled kernel or MAX's
 # conv2d timed per machine and shape, the fixed rules, or one strategy
@@ -147,10 +148,20 @@ class Settings:
             the vendor BLAS) and keeps the fastest in the storage cache;
             ``"rule"`` takes fixed rules without timing; a strategy's name
             (``"matmul"``, ``"skinny"``, ``"streamed"``, ``"row_sums"``,
-            ``"vendor"``, ``"tiled"``)
+            ``"vendor"``, ``"tiled"``, ``"vendor_packed"``)
             builds every product it fits that way
             (lower/product_choice.py). Process-wide: the latest compile's
             value applies.
+        frozen_weights: promise, as Inductor's ``freezing`` does, that the
+            weights an inference graph reads (graph inputs: parameters,
+            buffers) do not change behind torch's back, so that on the CPU
+            a product may read its weight packed once by the vendor BLAS
+            (strategy ``"vendor_packed"``, timed against the others;
+            kernels/weight_packing.py). A weight is packed again when the
+            tensor is another one, moves, or changes by a torch op (its
+            version counter): a write through ``.data`` or through numpy
+            bumps no version and is not seen. Each packed weight is a
+            copy, kept while the graph lives.
         conv_strategy: how each 2-d (and 1-d) convolution is built:
             ``"auto"`` times our register-tiled kernel against MAX's conv2d
             once per machine and shape where both fit (float32 on the CPU,
@@ -194,6 +205,7 @@ class Settings:
     huge_pages: bool = True
     product_strategy: str = "auto"
     conv_strategy: str = "auto"
+    frozen_weights: bool = False
     quiet_torch_threads: bool = True
     idle_max_poller: bool = True
     rest_max_workers: bool = True
@@ -213,6 +225,7 @@ class Settings:
         "huge_pages": ("TORCH_MAX_BACKEND_HUGE_PAGES",),
         "product_strategy": ("TORCH_MAX_BACKEND_PRODUCT_STRATEGY",),
         "conv_strategy": ("TORCH_MAX_BACKEND_CONV_STRATEGY",),
+        "frozen_weights": ("TORCH_MAX_BACKEND_FROZEN_WEIGHTS",),
         "quiet_torch_threads": ("TORCH_MAX_BACKEND_QUIET_TORCH_THREADS",),
         "idle_max_poller": ("TORCH_MAX_BACKEND_IDLE_MAX_POLLER",),
         "rest_max_workers": ("TORCH_MAX_BACKEND_REST_MAX_WORKERS",),

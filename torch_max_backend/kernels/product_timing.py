@@ -13,7 +13,9 @@ product strategies that build them (lower/product_kernels.py):
 - ``vendor``: the vendor BLAS through our kernel (vendor_blas.py);
 - ``tiled``: our register-tiled kernel (kernels/mojo_tiled/tiled_matmul.mojo);
 - ``streamed``: our few-rows kernel that prefetches the weight it reads
-  next (kernels/mojo_streamed/streamed_matmul.mojo).
+  next (kernels/mojo_streamed/streamed_matmul.mojo);
+- ``vendor_packed``: the vendor BLAS over the weight packed beforehand
+  (weight_packing.py; frozen weights), never timed streamed.
 
 W is stored [K, N], or [N, K] (``weight_nk``: a Linear's weight, read
 transposed). The forms run interleaved, round after round, and each keeps
@@ -47,8 +49,9 @@ from ..dtypes import dtype_name, to_max_dtype
 from ..storage.product_choices import last_level_cache_bytes
 from .library import SHIPPED, STREAMED, TILED, MojoLibrary, custom
 from .vendor_blas import VENDOR_KERNELS, vendor_blas
+from .weight_packing import PackSpec, pack_weight, parts_for
 
-FORMS = ("row_sums", "skinny", "matmul", "vendor", "tiled", "streamed")
+FORMS = ("row_sums", "skinny", "matmul", "vendor", "tiled", "streamed", "vendor_packed")
 # Rounds at least, and the time they may take together, per shape.
 _MIN_ROUNDS = 5
 _BUDGET_S = 0.5
@@ -127,9 +130,32 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
     raise ValueError(f"unknown product form {form!r}; known: {', '.join(FORMS)}")
 
 
-def _model(form: str, weight_nk: bool, dtype: torch.dtype) -> Model:
-    """The compiled graph of ``form`` (symbolic sizes), compiled or loaded once."""
-    key = (form, weight_nk, dtype)
+def _packed(parts: int, weight_nk: bool) -> Callable[..., TensorValue]:
+    """``vendor_packed``'s product: x times the packed weight, W for its sizes."""
+    found = vendor_blas()
+    if found is None:
+        raise ValueError("no vendor BLAS on this machine")
+
+    def build(x: TensorValue, w: TensorValue, packed: TensorValue) -> TensorValue:
+        n = w.shape[0] if weight_nk else w.shape[1]
+        (y,) = custom(
+            VENDOR_KERNELS,
+            "torch_max_backend_vendor_packed_matmul",
+            [x, packed],
+            [TensorType(x.dtype, [x.shape[0], n], x.device)],
+            x.device,
+            {"parts": parts, "library": found.path},
+        )
+        return y
+
+    return build
+
+
+def _model(form: str, weight_nk: bool, dtype: torch.dtype, parts: int = 0) -> Model:
+    """The compiled graph of ``form`` (symbolic sizes), compiled or loaded
+    once; ``vendor_packed``'s takes the packed weight (``parts`` slices)
+    after W, whose sizes it reads."""
+    key = (form, weight_nk, dtype, parts)
     if key not in _models:
         cpu = DeviceRef.CPU()
         rows = "m" if form != "row_sums" else 1
@@ -137,15 +163,22 @@ def _model(form: str, weight_nk: bool, dtype: torch.dtype) -> Model:
         # float32's graphs keep their names: MAX's cache still holds them.
         kind = "" if dtype == torch.float32 else f"_{dtype_name(dtype)}"
         operand = to_max_dtype(dtype)
+        packed = form == "vendor_packed"
+        extra = [TensorType(operand, ["p"], cpu)] if packed else []
         with Graph(
-            f"product_timing_{form}_{'nk' if weight_nk else 'kn'}{kind}",
+            f"product_timing_{form}_{'nk' if weight_nk else 'kn'}{kind}"
+            + (f"_{parts}" if packed else ""),
             input_types=[
                 TensorType(operand, [rows, "k"], cpu),
                 TensorType(operand, w_shape, cpu),
+                *extra,
             ],
         ) as graph:
-            x, w = (v.tensor for v in graph.inputs)
-            graph.output(_builder(form)(x, w, weight_nk))
+            x, w, *rest = (v.tensor for v in graph.inputs)
+            if packed:
+                graph.output(_packed(parts, weight_nk)(x, w, rest[0]))
+            else:
+                graph.output(_builder(form)(x, w, weight_nk))
         _models[key] = load_timing_graph(graph)
     return _models[key]
 
@@ -192,8 +225,11 @@ def time_forms(
     ``weight_nk``) in each of ``forms``, operands of ``dtype``, W in the cache
     or (``streamed``) read from memory; every form's result is checked
     against the first's before it is timed."""
+    if "vendor_packed" in forms and (streamed or dtype != torch.float32):
+        raise ValueError("vendor_packed is timed on a float32 weight in the cache")
+    parts = parts_for(n)
     with _lock:
-        models = {form: _model(form, weight_nk, dtype) for form in forms}
+        models = {form: _model(form, weight_nk, dtype, parts) for form in forms}
         gen = torch.Generator().manual_seed(0)
         x = torch.randn(rows, k, generator=gen).to(dtype)
         w = torch.randn(*((n, k) if weight_nk else (k, n)), generator=gen).to(dtype)
@@ -204,9 +240,20 @@ def time_forms(
         # more than a small product itself.
         x_buffer = Buffer.from_dlpack(x)
         weights = _weight_copies(w, streamed)
+        # The packed form's extra input: W packed once, as frozen weights are.
+        extra = {
+            form: [
+                Buffer.from_dlpack(
+                    pack_weight(w, PackSpec(rows, k, n, weight_nk, parts))
+                )
+            ]
+            if form == "vendor_packed"
+            else []
+            for form in forms
+        }
         reference = None
         for form, model in models.items():
-            (out,) = model._execute_device_tensors([x_buffer, weights[0]])
+            (out,) = model._execute_device_tensors([x_buffer, weights[0], *extra[form]])
             result = torch.from_dlpack(out).float()
             if reference is None:
                 reference = result.clone()
@@ -218,8 +265,8 @@ def time_forms(
         copies = itertools.cycle(weights)
         return interleaved_medians(
             {
-                form: lambda model=model: model._execute_device_tensors(
-                    [x_buffer, next(copies)]
+                form: lambda model=model, more=extra[form]: (
+                    model._execute_device_tensors([x_buffer, next(copies), *more])
                 )
                 for form, model in models.items()
             },

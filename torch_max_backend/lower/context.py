@@ -37,6 +37,8 @@ class LoweringContext:
     folded: Mapping[torch.fx.Node, torch.Tensor] = field(default_factory=dict)
     # Values derived from another once per graph (``derived_once``).
     derived: dict[tuple, tuple] = field(default_factory=dict)
+    # Products reading a packed weight -> that input (packed_products.py).
+    packed: Mapping[torch.fx.Node, TensorValue] = field(default_factory=dict)
 
     def known_bounds(self, arg: object) -> tuple[int, int] | None:
         """The least and greatest element of an integer tensor argument whose
@@ -89,6 +91,7 @@ def lowering_node(
     twins: ChannelsLastTwins,
     folded: Mapping[torch.fx.Node, torch.Tensor] | None = None,
     derived: dict[tuple, tuple] | None = None,
+    packed: Mapping[torch.fx.Node, TensorValue] | None = None,
 ) -> Iterator[None]:
     context = LoweringContext(
         node,
@@ -96,6 +99,7 @@ def lowering_node(
         twins,
         folded=folded or {},
         derived={} if derived is None else derived,
+        packed=packed or {},
     )
     token = _CURRENT.set(context)
     try:

@@ -65,6 +65,8 @@ MIN_TIMED_WORK = 1 << 18
 # Graphs that leave this machine (exported packages) never call the vendor
 # library: its path is this machine's, and the AOT runner's machine may lack it.
 VENDOR = "vendor"
+# Forms a machine's files (the vendor library) build.
+_VENDOR_FORMS = frozenset({VENDOR, "vendor_packed"})
 # Forms only product_strategy names. Our tiled kernel runs a product alone
 # as fast as MAX's matmul, but MAX fuses the elementwise work before and
 # after its own matmul into it and not into a custom kernel, so a training
@@ -215,7 +217,9 @@ def choose_by_measurement(
 
     def choose(node: torch.fx.Node, fitting: Sequence[Strategy]) -> Strategy:
         if _portable.get():
-            fitting = [s for s in fitting if s.name != VENDOR] or list(fitting)
+            fitting = [s for s in fitting if s.name not in _VENDOR_FORMS] or list(
+                fitting
+            )
         by_name = {s.name: s for s in fitting}
         if _setting in by_name:
             return by_name[_setting]
@@ -236,6 +240,11 @@ def choose_by_measurement(
             return fitting[0]
         # Only a product that is timed asks how its graph reads its weights.
         shape = dataclasses.replace(shape, streamed=weights_stream(node.graph))
+        if shape.streamed and "vendor_packed" in names:
+            # Timed streamed, each of its weight's copies would be packed too.
+            names.remove("vendor_packed")
+            if len(names) < 2:
+                return fitting[0]
         best = measured(shape, names)
         return by_name.get(best, fitting[0]) if best is not None else fitting[0]
 

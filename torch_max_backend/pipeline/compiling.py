@@ -21,9 +21,10 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from .. import logs
 from ..errors import MaxCompilerError, first_line
 from ..kernels.product_timing import settle_timing_with
+from ..kernels.weight_packing import pack_listed
 from ..logs import show_on_stderr
-from ..plan import GraphPlan
-from ..runtime import huge_pages, max_poller, max_workers, torch_threads
+from ..plan import GraphPlan, InputKind
+from ..runtime import huge_pages, max_poller, max_workers, packed_weights, torch_threads
 from ..runtime.compiled_graph import CompiledGraph
 from ..runtime.profile import GraphStats, ProfiledCompiledGraph
 from ..runtime.progress import compile_progress, wanted
@@ -162,6 +163,8 @@ def compiled_graph(
         max_poller.idle_poller()
     if settings.rest_max_workers and plan.device.startswith("cpu"):
         max_workers.enable()
+    if any(source.kind is InputKind.PACKED for source in plan.inputs):
+        packed_weights.use_packer(pack_listed)
     with unset_fake_temporarily():
         if settings.profile:
             compiled: CompiledGraph = ProfiledCompiledGraph(

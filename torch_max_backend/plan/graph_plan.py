@@ -17,14 +17,20 @@ class InputKind(enum.Enum):
     # FX input ``index`` is a symbolic int used only as a number: a rank-0
     # int64 tensor carries its value
     NUMBER = "number"
+    # FX input ``index`` (a weight) packed by the vendor BLAS as ``packing``
+    # says (kernels/weight_packing.py): a graph with frozen weights
+    PACKED = "packed"
 
 
 @dataclass(frozen=True)
 class InputSource:
-    """Where one MAX input comes from at run time."""
+    """Where one MAX input comes from at run time. ``packing``, for a PACKED
+    input only: the weight's rows, k, n, whether it is stored [n, k], and
+    its slices (weight_packing.PackSpec's fields)."""
 
     kind: InputKind
     index: int = -1
+    packing: tuple[int, ...] = ()
 
 
 class OutputKind(enum.Enum):

@@ -65,7 +65,10 @@ def plan_to_data(plan: GraphPlan) -> dict[str, Any]:
     """``plan`` as dicts, lists, strings and numbers (``json.dumps`` ready)."""
     return {
         "device": plan.device,
-        "inputs": [[s.kind.value, s.index] for s in plan.inputs],
+        "inputs": [
+            [s.kind.value, s.index, *([list(s.packing)] if s.packing else [])]
+            for s in plan.inputs
+        ],
         "outputs": [
             {
                 "kind": slot.kind.value,
@@ -111,6 +114,18 @@ def _slot(data: Any) -> OutputSlot:
     )
 
 
+def _input(item: Any) -> InputSource:
+    kind, index, *rest = item
+    source = InputSource(InputKind(kind), _int(index, "an input's index"))
+    if source.kind is not InputKind.PACKED:
+        return source
+    (packing,) = rest
+    values = tuple(_int(v, "a packed weight's size") for v in packing)
+    if len(values) != 5:
+        raise ValueError(f"a packed input has 5 sizes, got {packing!r}")
+    return InputSource(source.kind, source.index, values)
+
+
 def plan_from_data(data: Any) -> GraphPlan:
     """The plan ``plan_to_data`` wrote; ValueError for anything malformed."""
     if not isinstance(data, dict):
@@ -119,10 +134,7 @@ def plan_from_data(data: Any) -> GraphPlan:
         device = data["device"]
         if not isinstance(device, str):
             raise ValueError(f"a plan's device is a string, got {device!r}")
-        inputs = tuple(
-            InputSource(InputKind(kind), _int(index, "an input's index"))
-            for kind, index in data["inputs"]
-        )
+        inputs = tuple(_input(item) for item in data["inputs"])
         outputs = tuple(_slot(slot) for slot in data["outputs"])
         mutated = tuple(_int(i, "a mutated input") for i in data["mutated"])
         count = _int(data["num_graph_outputs"], "the number of graph outputs")

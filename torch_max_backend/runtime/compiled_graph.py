@@ -21,10 +21,12 @@ from max.engine import Model
 from ..plan import (
     GraphPlan,
     InputKind,
+    InputSource,
     RuntimeCheck,
 )
 from . import huge_pages, max_workers
 from .output_codes import DIM, EXPR, GRAPH, INPUT, STRIDED, laid_out, slot_code
+from .packed_weights import PackedWeight
 
 _from_dlpack = Buffer._from_dlpack
 _to_torch = torch.from_dlpack
@@ -171,7 +173,7 @@ class CompiledGraph:
         )
         # Constants (graph attributes, lifted scalars) become MAX buffers once.
         self._plan: list[int | Buffer | object] = [
-            _input_item(source.kind, source.index, constants) for source in plan.inputs
+            _input_item(source, constants) for source in plan.inputs
         ]
         self._keep_alive = list(constants)
         # Set by whoever loaded the model: keeps it in the process's model
@@ -219,6 +221,8 @@ class CompiledGraph:
                             args[item.index], dtype=torch.int64, device=self._device
                         )
                     )
+                elif item.__class__ is PackedWeight:
+                    item = item.buffer(args[item.index])
                 elif item is SEED:
                     item = as_buffer(
                         torch.randint(
@@ -350,10 +354,11 @@ class CompiledGraph:
 
 
 def _input_item(
-    kind: InputKind, index: int, constants: Sequence[torch.Tensor]
+    source: InputSource, constants: Sequence[torch.Tensor]
 ) -> int | Buffer | object:
     """What the hot loop reads for one MAX input: an FX input's index, a
-    constant's buffer, or SEED."""
+    constant's buffer, a packed weight, or SEED."""
+    kind, index = source.kind, source.index
     if kind is InputKind.FX_INPUT:
         return index
     if kind is InputKind.CONSTANT:
@@ -363,6 +368,8 @@ def _input_item(
         return _IntCarrier(index)
     if kind is InputKind.NUMBER:
         return _IntValue(index)
+    if kind is InputKind.PACKED:
+        return PackedWeight(index, source.packing, as_buffer)
     return SEED
 
 

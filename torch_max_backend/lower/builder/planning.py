@@ -18,12 +18,14 @@ from max.graph import BufferType, DeviceRef, Dim, TensorType, TensorValue, ops
 
 from ...dtypes import to_device_ref, to_max_dtype
 from ...errors import MaxCompilerError
+from ...kernels.weight_packing import packed_length
 from ...plan import InputKind, InputSource
 from ..opmath import HALF
+from ..packed_products import PACKED, packed_weight
 from ..passes import GraphFindings
 from ..registry import draws_random, lifts_scalars
 from ..shapes import expression_dim, max_dim
-from .capability import lowering_of
+from .capability import lowering_of, strategy_of
 from .int_inputs import (
     carrier_type,
     int_input_kind,
@@ -118,6 +120,8 @@ class InputPlan:
         # MAX input number -> {dim: (its size expression, where)}, for inputs
         # whose sizes are expressions of other inputs' symbols.
         self.expression_sizes: dict[int, dict[int, tuple[sympy.Expr, str]]] = {}
+        # Products that read a packed weight -> its MAX input number.
+        self.packed_of: dict[torch.fx.Node, int] = {}
         self._kernel_nodes = {
             n for u in findings.optimizer_updates.values() for n in u.kernel_nodes
         }
@@ -281,6 +285,24 @@ class InputPlan:
                 self.numbers_of[at] = self._add_constant(
                     value, value, f"numbers of the update at {at.name}"
                 )
+        self._plan_packed()
+
+    def _plan_packed(self) -> None:
+        """An input for each weight that products read packed (frozen weights,
+        lower/packed_products.py): one per weight and packing, made from the
+        weight by the call path."""
+        made: dict[tuple[int, tuple[int, ...]], int] = {}
+        for node in self.gm.graph.nodes:
+            if node.op != "call_function" or strategy_of(node) != PACKED:
+                continue
+            weight, spec = packed_weight(node)
+            key = (self.placeholders.index(weight), tuple(spec.as_list()))
+            if key not in made:
+                length = packed_length(spec)
+                meta = torch.empty(length, dtype=torch.float32, device="meta")
+                source = InputSource(InputKind.PACKED, *key)
+                made[key] = self._add(source, meta, f"packed weight {weight.name}")
+            self.packed_of[node] = made[key]
 
     def _plan_scalars(self, node: torch.fx.Node) -> None:
         fn = lowering_of(node)

@@ -120,6 +120,9 @@ class NodeWalk:
         # MAX input number -> the input rebound to its size expressions.
         self.rebound: dict[int, TensorValue] = {}
         self.graph = Graph(GRAPH_NAME, input_types=inputs.types)
+        self.packed = {
+            n: self.graph.inputs[i].tensor for n, i in inputs.packed_of.items()
+        }
         # The slot kernel (kernels/mojo/slot_write.mojo) runs on the CPU.
         cpu = inputs.device.type == "cpu"
         self.slot_writes = self.findings.slot_writes if cpu else {}
@@ -253,6 +256,7 @@ class NodeWalk:
             self.twins,
             self.findings.constants.frontier,
             self.derived,
+            self.packed,
         )
 
     def _optimizer_step(self, node: torch.fx.Node) -> None:

@@ -13,6 +13,7 @@ from max.graph import TensorValue, ops
 
 from ..kit import arg_tensor
 from ..opmath import accumulated
+from ..packed_products import PACKED, packed_fits, packed_product
 from ..product_choice import choose_by_measurement
 from ..product_kernels import (
     few_rows_streamed,
@@ -75,6 +76,11 @@ def _mm_by_vendor(self: TensorValue, mat2: TensorValue) -> TensorValue:
     return vendor_product(self, mat2)
 
 
+def _mm_by_packed_weight(self: TensorValue, mat2: TensorValue) -> TensorValue:
+    """mm(Tensor self, Tensor mat2) -> Tensor"""
+    return packed_product(self, mat2)
+
+
 def _mm_by_tiled_kernel(self: TensorValue, mat2: TensorValue) -> TensorValue:
     """mm(Tensor self, Tensor mat2) -> Tensor"""
     return tiled_product(self, mat2)
@@ -92,6 +98,7 @@ mm = lowering_strategies(
         Strategy("streamed", _mm_by_streamed_kernel, streamed_fits),
         Strategy("matmul", _mm),
         Strategy("vendor", _mm_by_vendor, vendor_fits),
+        Strategy(PACKED, _mm_by_packed_weight, packed_fits),
         Strategy("tiled", _mm_by_tiled_kernel, tiled_fits),
     ],
     choose=_choose,
@@ -162,6 +169,7 @@ addmm = lowering_strategies(
         Strategy("streamed", _addmm_by(few_rows_streamed), streamed_fits),
         Strategy("matmul", _addmm_by(product)),
         Strategy("vendor", _addmm_by(vendor_product), vendor_fits),
+        Strategy(PACKED, _addmm_by(packed_product), packed_fits),
         Strategy("tiled", _addmm_by(tiled_product), tiled_fits),
     ],
     choose=_choose,

@@ -1,0 +1,147 @@
+"""Weights packed once by MKL for the products of graphs with frozen weights.
+
+MKL's ``cblas_sgemm`` packs its weight into its own blocked layout at every
+call; ``cblas_sgemm_pack`` does that once and ``cblas_sgemm_compute`` reads
+the packed form. At the 64 to 128 rows of a batch's Linear layers that pass
+is a sixth of the product: in a MAX graph on an Intel Xeon, packed products
+ran 13-17 % faster than MAX's matmul (docs/benchmarks.md). A packed weight
+is a copy, right only while the weight is unchanged, so only graphs compiled
+with ``frozen_weights`` use it, and our call path packs again whenever the
+weight tensor is another one, moved, or changed by a torch in-place op (its
+version counter): see runtime/compiled_graph.py.
+
+The layout (the kernel kernels/mojo_vendor/vendor_packed_matmul.mojo reads
+the same): the weight's N columns in ``parts`` slices of ``ceil(N / parts)``,
+one a MAX task, each slice packed for M rows, the slices one after another,
+each padded to a multiple of 16 float32 values.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .vendor_blas import vendor_blas
+
+# What packing and the kernel call; a library without all of them packs nothing.
+SYMBOLS = ("cblas_sgemm_pack_get_size", "cblas_sgemm_pack", "cblas_sgemm_compute")
+_ROW_MAJOR = 101
+_NO_TRANS = 111
+_TRANS = 112
+_B_MATRIX = 162
+_ALIGN_VALUES = 16
+
+
+@dataclass(frozen=True)
+class PackSpec:
+    """How one weight is packed: for ``rows`` rows of a product with ``k``
+    and ``n``, W stored [k, n], or [n, k] when ``weight_nk``, in ``parts``
+    slices of its columns."""
+
+    rows: int
+    k: int
+    n: int
+    weight_nk: bool
+    parts: int
+
+    def as_list(self) -> list[int]:
+        return [self.rows, self.k, self.n, int(self.weight_nk), self.parts]
+
+    @classmethod
+    def from_list(cls, values: list[int]) -> PackSpec:
+        rows, k, n, nk, parts = values
+        return cls(rows, k, n, bool(nk), parts)
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    found = vendor_blas()
+    if found is None:
+        return None
+    lib = ctypes.CDLL(found.path)
+    if not all(hasattr(lib, symbol) for symbol in SYMBOLS):
+        return None
+    lib.cblas_sgemm_pack_get_size.restype = ctypes.c_size_t
+    lib.cblas_sgemm_pack_get_size.argtypes = [ctypes.c_int] * 4
+    return lib
+
+
+def packing_available() -> bool:
+    """Whether this process's vendor BLAS packs float32 weights."""
+    return _library() is not None
+
+
+def parts_for(n: int) -> int:
+    """How many column slices a weight of ``n`` columns is packed in: one a
+    usable CPU (a MAX task each), none under 64 columns wide."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    return max(1, min(cpus or os.cpu_count() or 1, n // 64))
+
+
+def _slices(spec: PackSpec) -> list[tuple[int, int, int]]:
+    """(first column, columns, float32 values) of each slice of ``spec``."""
+    lib = _library()
+    assert lib is not None
+    block = math.ceil(spec.n / spec.parts)
+    found = []
+    for p in range(spec.parts):
+        first = p * block
+        cols = min(spec.n, first + block) - first
+        if cols <= 0:
+            break
+        size = lib.cblas_sgemm_pack_get_size(_B_MATRIX, spec.rows, cols, spec.k)
+        found.append(
+            (first, cols, math.ceil(size / (4 * _ALIGN_VALUES)) * _ALIGN_VALUES)
+        )
+    return found
+
+
+def packed_length(spec: PackSpec) -> int:
+    """float32 values of ``spec``'s packed weight."""
+    return sum(values for _, _, values in _slices(spec))
+
+
+def pack_listed(weight: torch.Tensor, packing: tuple[int, ...]) -> torch.Tensor:
+    """``pack_weight`` by a PACKED input's sizes (``PackSpec.as_list``)."""
+    return pack_weight(weight, PackSpec.from_list(list(packing)))
+
+
+def pack_weight(weight: torch.Tensor, spec: PackSpec) -> torch.Tensor:
+    """``weight`` packed as ``spec`` says: a new float32 CPU tensor."""
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("torch-max-backend: no vendor BLAS that packs weights")
+    expected = (spec.n, spec.k) if spec.weight_nk else (spec.k, spec.n)
+    if tuple(weight.shape) != expected or weight.dtype != torch.float32:
+        raise ValueError(
+            f"torch-max-backend: a packed weight must be float32 {list(expected)}, "
+            f"not {weight.dtype} {list(weight.shape)}"
+        )
+    weight = weight.detach().contiguous()
+    slices = _slices(spec)
+    packed = torch.empty(sum(values for _, _, values in slices), dtype=torch.float32)
+    at = packed.data_ptr()
+    for first, cols, values in slices:
+        if spec.weight_nk:  # rows [first, first + cols) of [n, k], read transposed
+            source, trans, lead = weight[first : first + cols], _TRANS, spec.k
+        else:  # columns [first, first + cols) of [k, n]
+            source, trans, lead = weight[:, first:], _NO_TRANS, spec.n
+        lib.cblas_sgemm_pack(
+            ctypes.c_int(_ROW_MAJOR),
+            ctypes.c_int(_B_MATRIX),
+            ctypes.c_int(trans),
+            ctypes.c_int(spec.rows),
+            ctypes.c_int(cols),
+            ctypes.c_int(spec.k),
+            ctypes.c_float(1.0),
+            ctypes.c_void_p(source.data_ptr()),
+            ctypes.c_int(lead),
+            ctypes.c_void_p(at),
+        )
+        at += values * 4
+    return packed
