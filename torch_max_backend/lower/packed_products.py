@@ -28,6 +28,7 @@ from .product_kernels import (
     _operands,
     _swaps_two_dims,
     stored_rows,
+    vendor_product,
 )
 
 # The strategy's name (settings.PRODUCT_STRATEGIES).
@@ -95,13 +96,18 @@ def packed_weight(node: torch.fx.Node) -> tuple[torch.fx.Node, PackSpec]:
 
 def packed_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     node = current().node
+    packed = current().packed.get(node)
+    if packed is None:
+        # Planned without it (a timing that failed at planning and not at
+        # the build): the weight as stored, through the vendor's own call.
+        return vendor_product(rows, mat2)
     _, spec = packed_weight(node)
     found = vendor_blas.vendor_blas()
     assert found is not None  # packed_fits checked
     (product,) = custom(
         vendor_blas.VENDOR_KERNELS,
         "torch_max_backend_vendor_packed_matmul",
-        [rows, current().packed[node]],
+        [rows, packed],
         [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
         rows.device,
         parameters={"parts": spec.parts, "library": found.path},

@@ -21,7 +21,7 @@ from ...errors import MaxCompilerError
 from ...kernels.weight_packing import packed_length
 from ...plan import InputKind, InputSource
 from ..opmath import HALF
-from ..packed_products import PACKED, packed_weight
+from ..packed_products import FROZEN_WEIGHTS, PACKED, packed_weight
 from ..passes import GraphFindings
 from ..registry import draws_random, lifts_scalars
 from ..shapes import expression_dim, max_dim
@@ -291,6 +291,8 @@ class InputPlan:
         """An input for each weight that products read packed (frozen weights,
         lower/packed_products.py): one per weight and packing, made from the
         weight by the call path."""
+        if not self.gm.meta.get(FROZEN_WEIGHTS):
+            return
         made: dict[tuple[int, tuple[int, ...]], int] = {}
         for node in self.gm.graph.nodes:
             if node.op != "call_function" or strategy_of(node) != PACKED:
