@@ -2,9 +2,11 @@
 
 mm and addmm have several strategies (lower/ops/linalg.py): MAX's matmul,
 our few-rows kernels (``skinny``; ``streamed``, which prefetches the weight),
-row sums for one row (``row_sums``) and the vendor BLAS (``vendor``). Which is fastest depends on the machine: MAX's
-kernels beat MKL on an AMD EPYC and lose to it on an Intel Xeon
-(docs/benchmarks.md). So, as Inductor's max-autotune times extern GEMMs
+row sums for one row (``row_sums``), the vendor BLAS (``vendor``) and, in
+graphs with frozen weights, the vendor BLAS over a weight packed once
+(``vendor_packed``, packed_products.py). Which is fastest depends on the
+machine: MAX's kernels beat MKL on an AMD EPYC and lose to it on an Intel
+Xeon (docs/benchmarks.md). So, as Inductor's max-autotune times extern GEMMs
 against its templates, each product shape that fits two or more strategies
 is timed once per machine (kernels/product_timing.py) and the fastest is
 kept in the storage cache (storage/product_choices.py): a second process
