@@ -192,6 +192,8 @@ def test_choices_timed_under_an_older_rule_are_timed_again(
         assert strategy_for(lower, node) == "matmul"
     assert len(timed) == 2, "timed again"
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    said = [r for r in caplog.records if "older rule" in r.getMessage()]
+    assert len(said) == 1, "said once, not again when the table is rewritten"
     saved = json.loads(path.read_text())
     assert saved["version"] == 2 and saved["choices"][key]["choice"] == "matmul"
     # At this version the same entry is read as it is, without timing.

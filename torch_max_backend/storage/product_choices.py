@@ -80,13 +80,17 @@ def table_path(identity: str) -> Path:
     return own_cache_dir() / DIRECTORY / f"{digest}.json"
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, announce: bool = True) -> dict[str, Any]:
+    """The choices saved in ``path``; a table of an older format reads as
+    empty (said once, where ``announce``), an unreadable one is removed."""
     try:
         table = json.loads(path.read_text())
         if not isinstance(table, dict):
             raise ValueError("not a product-choice table")
         version = table.get("version")
         if isinstance(version, int) and 0 < version < FORMAT_VERSION:
+            if not announce:
+                return {}
             _log.info(
                 "torch-max-backend: %s was timed under an older rule "
                 "(version %d); its shapes are timed again",
@@ -132,7 +136,9 @@ class ProductChoices:
         entry = {"choice": choice, "us": {k: round(v, 2) for k, v in times_us.items()}}
         with _lock:
             self._loaded()[key] = entry
-            merged = {**_read(self.path), key: entry}
+            # Reread for what other processes added; an older table was
+            # announced when this one first read it.
+            merged = {**_read(self.path, announce=False), key: entry}
             self._write(merged)
 
     def _write(self, choices: dict[str, Any]) -> None:
