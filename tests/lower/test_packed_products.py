@@ -48,13 +48,19 @@ def _compiled(model: torch.nn.Module, options: dict) -> torch.nn.Module:
     return torch.compile(model, backend=max_backend, options=options)
 
 
-@needs_packing
-def test_products_read_their_weights_packed_and_match_eager(max_calls, graph_texts):
-    model, x = TwoProducts().eval(), torch.randn(6, 40)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_products_read_their_weights_packed_and_match_eager(
+    max_calls, graph_texts, dtype
+):
+    if not weight_packing.packs(str(dtype).removeprefix("torch.")):
+        pytest.skip(f"no vendor BLAS that packs {dtype} weights here")
+    model, x = TwoProducts().eval().to(dtype), torch.randn(6, 40).to(dtype)
+    # Half precision: MKL sums in float32 and rounds once, as PyTorch does.
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
     with torch.no_grad():
-        torch.testing.assert_close(
-            _compiled(model, FROZEN)(x), model(x), rtol=1e-5, atol=1e-5
-        )
+        got = _compiled(model, FROZEN)(x)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, model(x), rtol=tol, atol=tol * 10)
     assert max_calls.count == 1
     (text,) = graph_texts()
     assert text.count(KERNEL) == 2

@@ -13,7 +13,9 @@ version counter): see runtime/compiled_graph.py.
 The layout (the kernel kernels/mojo_vendor/vendor_packed_matmul.mojo reads
 the same): the weight's N columns in ``parts`` slices of ``ceil(N / parts)``,
 one a MAX task, each slice packed for M rows, the slices one after another,
-each padded to a multiple of 16 float32 values.
+each padded to a multiple of 64 bytes; held in a float32 tensor whatever the
+operands' type (bfloat16 and float16 weights pack too, where MKL has
+``cblas_gemm_bf16bf16f32_pack`` or ``cblas_gemm_f16f16f32_pack``).
 """
 
 from __future__ import annotations
@@ -28,34 +30,58 @@ import torch
 
 from .vendor_blas import vendor_blas
 
-# What packing and the kernel call; a library without all of them packs nothing.
-SYMBOLS = ("cblas_sgemm_pack_get_size", "cblas_sgemm_pack", "cblas_sgemm_compute")
+# Per operand type (torch's name): MKL's packed-size, pack and compute
+# functions. A type whose three the library lacks packs nothing.
+FUNCTIONS = {
+    "float32": ("cblas_sgemm_pack_get_size", "cblas_sgemm_pack", "cblas_sgemm_compute"),
+    "bfloat16": (
+        "cblas_gemm_bf16bf16f32_pack_get_size",
+        "cblas_gemm_bf16bf16f32_pack",
+        "cblas_gemm_bf16bf16f32_compute",
+    ),
+    "float16": (
+        "cblas_gemm_f16f16f32_pack_get_size",
+        "cblas_gemm_f16f16f32_pack",
+        "cblas_gemm_f16f16f32_compute",
+    ),
+}
+# A packing's operand type, as a PACKED input's sizes carry it.
+_TYPE_CODES = ("float32", "bfloat16", "float16")
 _ROW_MAJOR = 101
 _NO_TRANS = 111
 _TRANS = 112
 _B_MATRIX = 162
-_ALIGN_VALUES = 16
+# Each slice's packed bytes start on this boundary.
+_ALIGN_BYTES = 64
 
 
 @dataclass(frozen=True)
 class PackSpec:
     """How one weight is packed: for ``rows`` rows of a product with ``k``
     and ``n``, W stored [k, n], or [n, k] when ``weight_nk``, in ``parts``
-    slices of its columns."""
+    slices of its columns; its operands of ``dtype`` (torch's name)."""
 
     rows: int
     k: int
     n: int
     weight_nk: bool
     parts: int
+    dtype: str = "float32"
 
     def as_list(self) -> list[int]:
-        return [self.rows, self.k, self.n, int(self.weight_nk), self.parts]
+        return [
+            self.rows,
+            self.k,
+            self.n,
+            int(self.weight_nk),
+            self.parts,
+            _TYPE_CODES.index(self.dtype),
+        ]
 
     @classmethod
     def from_list(cls, values: list[int]) -> PackSpec:
-        rows, k, n, nk, parts = values
-        return cls(rows, k, n, bool(nk), parts)
+        rows, k, n, nk, parts, *kind = values
+        return cls(rows, k, n, bool(nk), parts, _TYPE_CODES[kind[0] if kind else 0])
 
 
 @functools.cache
@@ -64,16 +90,24 @@ def _library() -> ctypes.CDLL | None:
     if found is None:
         return None
     lib = ctypes.CDLL(found.path)
-    if not all(hasattr(lib, symbol) for symbol in SYMBOLS):
-        return None
-    lib.cblas_sgemm_pack_get_size.restype = ctypes.c_size_t
-    lib.cblas_sgemm_pack_get_size.argtypes = [ctypes.c_int] * 4
+    for size_of, _, _ in FUNCTIONS.values():
+        if hasattr(lib, size_of):
+            getattr(lib, size_of).restype = ctypes.c_size_t
+            getattr(lib, size_of).argtypes = [ctypes.c_int] * 4
     return lib
+
+
+def packs(dtype: str) -> bool:
+    """Whether this process's vendor BLAS packs weights of ``dtype``
+    (torch's name: float32, bfloat16, float16)."""
+    lib = _library()
+    names = FUNCTIONS.get(dtype)
+    return lib is not None and names is not None and all(hasattr(lib, f) for f in names)
 
 
 def packing_available() -> bool:
     """Whether this process's vendor BLAS packs float32 weights."""
-    return _library() is not None
+    return packs("float32")
 
 
 def parts_for(n: int) -> int:
@@ -84,9 +118,10 @@ def parts_for(n: int) -> int:
 
 
 def _slices(spec: PackSpec) -> list[tuple[int, int, int]]:
-    """(first column, columns, float32 values) of each slice of ``spec``."""
+    """(first column, columns, bytes padded) of each slice of ``spec``."""
     lib = _library()
     assert lib is not None
+    size_of = getattr(lib, FUNCTIONS[spec.dtype][0])
     block = math.ceil(spec.n / spec.parts)
     found = []
     for p in range(spec.parts):
@@ -94,16 +129,15 @@ def _slices(spec: PackSpec) -> list[tuple[int, int, int]]:
         cols = min(spec.n, first + block) - first
         if cols <= 0:
             break
-        size = lib.cblas_sgemm_pack_get_size(_B_MATRIX, spec.rows, cols, spec.k)
-        found.append(
-            (first, cols, math.ceil(size / (4 * _ALIGN_VALUES)) * _ALIGN_VALUES)
-        )
+        size = size_of(_B_MATRIX, spec.rows, cols, spec.k)
+        found.append((first, cols, math.ceil(size / _ALIGN_BYTES) * _ALIGN_BYTES))
     return found
 
 
 def packed_length(spec: PackSpec) -> int:
-    """float32 values of ``spec``'s packed weight."""
-    return sum(values for _, _, values in _slices(spec))
+    """float32 values that hold ``spec``'s packed weight, whatever its
+    operands' type (the kernel reads the bytes)."""
+    return sum(size for _, _, size in _slices(spec)) // 4
 
 
 def pack_listed(weight: torch.Tensor, packing: tuple[int, ...]) -> torch.Tensor:
@@ -114,34 +148,39 @@ def pack_listed(weight: torch.Tensor, packing: tuple[int, ...]) -> torch.Tensor:
 def pack_weight(weight: torch.Tensor, spec: PackSpec) -> torch.Tensor:
     """``weight`` packed as ``spec`` says: a new float32 CPU tensor."""
     lib = _library()
-    if lib is None:
-        raise RuntimeError("torch-max-backend: no vendor BLAS that packs weights")
+    if lib is None or not packs(spec.dtype):
+        raise RuntimeError(
+            f"torch-max-backend: no vendor BLAS that packs {spec.dtype} weights"
+        )
     expected = (spec.n, spec.k) if spec.weight_nk else (spec.k, spec.n)
-    if tuple(weight.shape) != expected or weight.dtype != torch.float32:
+    if tuple(weight.shape) != expected or str(weight.dtype) != f"torch.{spec.dtype}":
         raise ValueError(
-            f"torch-max-backend: a packed weight must be float32 {list(expected)}, "
-            f"not {weight.dtype} {list(weight.shape)}"
+            f"torch-max-backend: a packed weight must be {spec.dtype} "
+            f"{list(expected)}, not {weight.dtype} {list(weight.shape)}"
         )
     weight = weight.detach().contiguous()
     slices = _slices(spec)
-    packed = torch.empty(sum(values for _, _, values in slices), dtype=torch.float32)
+    packed = torch.empty(packed_length(spec), dtype=torch.float32)
+    pack = getattr(lib, FUNCTIONS[spec.dtype][1])
     at = packed.data_ptr()
-    for first, cols, values in slices:
+    for first, cols, size in slices:
         if spec.weight_nk:  # rows [first, first + cols) of [n, k], read transposed
             source, trans, lead = weight[first : first + cols], _TRANS, spec.k
         else:  # columns [first, first + cols) of [k, n]
             source, trans, lead = weight[:, first:], _NO_TRANS, spec.n
-        lib.cblas_sgemm_pack(
+        # sgemm's packing takes alpha; the half-precision ones do not.
+        alpha = [ctypes.c_float(1.0)] if spec.dtype == "float32" else []
+        pack(
             ctypes.c_int(_ROW_MAJOR),
             ctypes.c_int(_B_MATRIX),
             ctypes.c_int(trans),
             ctypes.c_int(spec.rows),
             ctypes.c_int(cols),
             ctypes.c_int(spec.k),
-            ctypes.c_float(1.0),
+            *alpha,
             ctypes.c_void_p(source.data_ptr()),
             ctypes.c_int(lead),
             ctypes.c_void_p(at),
         )
-        at += values * 4
+        at += size
     return packed

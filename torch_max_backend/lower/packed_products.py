@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from max.graph import TensorType, TensorValue
 
+from ..dtypes import dtype_name
 from ..kernels import vendor_blas, weight_packing
 from ..kernels.library import custom
 from ..kernels.weight_packing import PackSpec, parts_for
@@ -62,15 +63,15 @@ def _weight_input(node: torch.fx.Node) -> tuple[torch.fx.Node, bool] | None:
 
 
 def packed_fits(node: torch.fx.Node) -> str | None:
-    """float32 rows (a static count) times a weight that is a graph input, on the CPU, in an inference graph compiled with frozen_weights, where the vendor BLAS packs weights (MKL's cblas_sgemm_pack); chosen by measurement or by product_strategy."""
+    """float32 (or bfloat16, float16) rows, a static count, times a weight that is a graph input, on the CPU, in an inference graph compiled with frozen_weights, where the vendor BLAS packs such weights (MKL's cblas_sgemm_pack, cblas_gemm_bf16bf16f32_pack); chosen by measurement or by product_strategy."""
     gm = node.graph.owning_module
     if gm is None or not gm.meta.get(FROZEN_WEIGHTS):
         return "weights not frozen (frozen_weights, inference graphs)"
-    if not weight_packing.packing_available():
-        return "no vendor BLAS that packs weights"
     rows, weight_node = _operands(node)
+    if not weight_packing.packs(dtype_name(rows.dtype)):
+        return f"no vendor BLAS that packs {dtype_name(rows.dtype)} weights"
     weight = fake_tensor(weight_node)
-    unfit = _cpu_float32_static(rows, weight)
+    unfit = _cpu_float32_static(rows, weight, rows.dtype)
     if unfit is not None:
         return unfit
     if not is_static(rows.shape) or rows.shape[0] == 0 or rows.shape[1] == 0:
@@ -91,7 +92,10 @@ def packed_weight(node: torch.fx.Node) -> tuple[torch.fx.Node, PackSpec]:
     rows, _ = _operands(node)
     first, second = (int(d) for d in source.meta["val"].shape)
     k, n = (second, first) if weight_nk else (first, second)
-    return source, PackSpec(int(rows.shape[0]), k, n, weight_nk, parts_for(n))
+    spec = PackSpec(
+        int(rows.shape[0]), k, n, weight_nk, parts_for(n), dtype_name(rows.dtype)
+    )
+    return source, spec
 
 
 def packed_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:

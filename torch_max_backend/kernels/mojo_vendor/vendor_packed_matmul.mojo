@@ -1,4 +1,7 @@
-# float32 products whose weight MKL packed beforehand (`cblas_sgemm_pack`):
+# Products whose weight MKL packed beforehand (`cblas_sgemm_pack`; for
+# bfloat16 and float16 `cblas_gemm_bf16bf16f32_pack` and
+# `cblas_gemm_f16f16f32_pack`, which sum in float32, each result then
+# rounded once, as the vendor kernel beside this one does):
 # the weights of a graph compiled with frozen weights, packed once by our
 # call path (kernels/weight_packing.py) and handed to the graph as an input.
 # MKL's `cblas_sgemm` packs its weight at every call, a pass over it that at
@@ -13,6 +16,7 @@ from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
 from std.ffi import OwnedDLHandle, c_int, c_size_t
 from std.math import ceildiv
+from std.memory.alloc import unsafe_alloc
 
 comptime _ROW_MAJOR: c_int = 101
 comptime _NO_TRANS: c_int = 111
@@ -22,26 +26,43 @@ comptime _B_MATRIX: c_int = 162
 comptime _MKL_SEQUENTIAL: c_int = 1
 # A slice's packed bytes are rounded up to this many float32 values.
 comptime _ALIGN_VALUES = 16
+# float32 sums rounded to half precision this many at a time.
+comptime _ROUND_WIDTH = 16
 
 
 @extensibility.register("torch_max_backend_vendor_packed_matmul")
 struct VendorPackedMatmul:
-    """`output[M, N] = x[M, K] @ W` in float32 by MKL's `cblas_sgemm_compute`
-    over `packed`, W packed for M rows in `parts` slices of its N columns."""
+    """`output[M, N] = x[M, K] @ W` by MKL's `cblas_sgemm_compute` over
+    `packed` (bfloat16, float16: MKL's half-precision compute into float32,
+    rounded once), W packed for M rows in `parts` slices of its N columns;
+    `packed` holds the packed bytes whatever the operands' type."""
 
     @staticmethod
     def execute[
+        dtype: DType,
+        //,
         parts: Int,
         library: StaticString,
         target: StaticString,
     ](
-        output: OutputTensor[dtype=DType.float32, rank=2, ...],
-        x: InputTensor[dtype=DType.float32, rank=2, ...],
+        output: OutputTensor[dtype=dtype, rank=2, ...],
+        x: InputTensor[dtype=dtype, rank=2, ...],
         packed: InputTensor[dtype=DType.float32, rank=1, ...],
         ctx: DeviceContext,
     ) raises:
         comptime assert target == "cpu", "torch_max_backend_vendor_packed_matmul runs on CPU"
         comptime assert parts >= 1, "a weight is packed in one slice or more"
+        comptime assert (
+            dtype == DType.float32 or dtype == DType.bfloat16 or dtype == DType.float16
+        ), "a packed product is float32, bfloat16 or float16"
+        comptime size_name = "cblas_sgemm_pack_get_size" if dtype == DType.float32 else (
+            "cblas_gemm_bf16bf16f32_pack_get_size" if dtype == DType.bfloat16
+            else "cblas_gemm_f16f16f32_pack_get_size"
+        )
+        comptime compute_name = "cblas_sgemm_compute" if dtype == DType.float32 else (
+            "cblas_gemm_bf16bf16f32_compute" if dtype == DType.bfloat16
+            else "cblas_gemm_f16f16f32_compute"
+        )
         var m_len = x.dim_size(0)
         var k_len = x.dim_size(1)
         var n_len = output.dim_size(1)
@@ -61,8 +82,8 @@ struct VendorPackedMatmul:
         if (m_len if trans_a == _NO_TRANS else k_len) == 1:
             lda = k_len if trans_a == _NO_TRANS else m_len
         var lib = OwnedDLHandle(library)
-        var compute = lib.get_function[NoneType]("cblas_sgemm_compute")
-        var size_of = lib.get_function[c_size_t]("cblas_sgemm_pack_get_size")
+        var compute = lib.get_function[NoneType](compute_name)
+        var size_of = lib.get_function[c_size_t](size_name)
         var set_layer = lib.get_function[c_int]("MKL_Set_Threading_Layer")
         _ = set_layer(_MKL_SEQUENTIAL)
         var block = ceildiv(n_len, parts)
@@ -90,9 +111,31 @@ struct VendorPackedMatmul:
                 var q_cols = min(n_len, (q + 1) * block) - q * block
                 var bytes = Int(size_of(_B_MATRIX, c_int(m_len), c_int(q_cols), c_int(k_len)))
                 at += ceildiv(bytes, 4 * _ALIGN_VALUES) * _ALIGN_VALUES
-            compute(_ROW_MAJOR, trans_a, _PACKED, c_int(m_len), c_int(cols),
-                    c_int(k_len), a, c_int(lda), b.unsafe_offset(at),
-                    c_int(cols), Float32(0.0), c.unsafe_offset(first), c_int(n_len))
+            comptime if dtype == DType.float32:
+                # sgemm's alpha was applied when the weight was packed.
+                compute(_ROW_MAJOR, trans_a, _PACKED, c_int(m_len), c_int(cols),
+                        c_int(k_len), a, c_int(lda), b.unsafe_offset(at),
+                        c_int(cols), Float32(0.0), c.unsafe_offset(first), c_int(n_len))
+            else:
+                # float32 sums in a block of the task's own, then rounded.
+                var sums = unsafe_alloc[Float32](m_len * cols)
+                compute(_ROW_MAJOR, trans_a, _PACKED, c_int(m_len), c_int(cols),
+                        c_int(k_len), Float32(1.0), a, c_int(lda),
+                        b.unsafe_offset(at), c_int(cols), Float32(0.0), sums,
+                        c_int(cols))
+                for i in range(m_len):
+                    var src = sums.unsafe_offset(i * cols)
+                    var dst = c.unsafe_offset(i * n_len + first)
+                    var j = 0
+                    while j + _ROUND_WIDTH <= cols:
+                        dst.unsafe_offset(j).unsafe_store(
+                            src.unsafe_offset(j).unsafe_load[width=_ROUND_WIDTH]().cast[dtype]()
+                        )
+                        j += _ROUND_WIDTH
+                    while j < cols:
+                        dst.unsafe_offset(j).unsafe_store(src.unsafe_offset(j).unsafe_load().cast[dtype]())
+                        j += 1
+                sums.unsafe_free()
 
         parallelize(slice, parts)
         _ = lib^
