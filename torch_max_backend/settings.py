@@ -155,7 +155,8 @@ class Settings:
         frozen_weights: promise, as Inductor's ``freezing`` does, that the
             weights an inference graph reads (graph inputs: parameters,
             buffers) do not change behind torch's back, so that on the CPU
-            a product may read its weight packed once by the vendor BLAS
+            a product (float32, bfloat16, float16) may read its weight
+            packed once by the vendor BLAS
             (strategy ``"vendor_packed"``, timed against the others;
             kernels/weight_packing.py). A weight is packed again when the
             tensor is another one, moves, or changes by a torch op (its
