@@ -111,12 +111,15 @@ def test_explain_shows_the_packed_strategy():
 
 
 def test_a_packed_input_round_trips_through_a_saved_plan():
-    packed = InputSource(InputKind.PACKED, 3, (6, 40, 24, 1, 2))
+    spec = weight_packing.PackSpec(6, 40, 24, True, 2, "bfloat16")
+    packed = InputSource(InputKind.PACKED, 3, tuple(spec.as_list()))
     plan = GraphPlan("cpu", (InputSource(InputKind.FX_INPUT, 0), packed), ())
-    assert plan_from_data(plan_to_data(plan)) == plan
+    saved = plan_from_data(plan_to_data(plan))
+    assert saved == plan
+    assert weight_packing.PackSpec.from_list(list(saved.inputs[1].packing)) == spec
     data = plan_to_data(plan)
     data["inputs"][1][2] = [6, 40]
-    with pytest.raises(ValueError, match="a packed input has 5 sizes"):
+    with pytest.raises(ValueError, match="a packed input has 6 sizes"):
         plan_from_data(data)
 
 

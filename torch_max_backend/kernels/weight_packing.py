@@ -80,8 +80,8 @@ class PackSpec:
 
     @classmethod
     def from_list(cls, values: list[int]) -> PackSpec:
-        rows, k, n, nk, parts, *kind = values
-        return cls(rows, k, n, bool(nk), parts, _TYPE_CODES[kind[0] if kind else 0])
+        rows, k, n, nk, parts, kind = values
+        return cls(rows, k, n, bool(nk), parts, _TYPE_CODES[kind])
 
 
 @functools.cache

@@ -25,8 +25,8 @@ class InputKind(enum.Enum):
 @dataclass(frozen=True)
 class InputSource:
     """Where one MAX input comes from at run time. ``packing``, for a PACKED
-    input only: the weight's rows, k, n, whether it is stored [n, k], and
-    its slices (weight_packing.PackSpec's fields)."""
+    input only: the weight's rows, k, n, whether it is stored [n, k], its
+    slices and its operands' type (weight_packing.PackSpec.as_list)."""
 
     kind: InputKind
     index: int = -1
