@@ -19,7 +19,7 @@ from torch_max_backend.plan import (
 
 KERNEL = "torch_max_backend_vendor_packed_matmul"
 needs_packing = pytest.mark.skipif(
-    not weight_packing.packing_available(),
+    not weight_packing.packs("float32"),
     reason="no vendor BLAS that packs weights (mkl) here",
 )
 FROZEN = {"frozen_weights": True, "product_strategy": "vendor_packed"}

@@ -243,18 +243,10 @@ def time_forms(
         x_buffer = Buffer.from_dlpack(x)
         weights = _weight_copies(w, streamed)
         # The packed form's extra input: W packed once, as frozen weights are.
-        extra = {
-            form: [
-                Buffer.from_dlpack(
-                    pack_weight(
-                        w, PackSpec(rows, k, n, weight_nk, parts, dtype_name(dtype))
-                    )
-                )
-            ]
-            if form == "vendor_packed"
-            else []
-            for form in forms
-        }
+        extra: dict[str, list[Buffer]] = {form: [] for form in forms}
+        if "vendor_packed" in extra:
+            spec = PackSpec(rows, k, n, weight_nk, parts, dtype_name(dtype))
+            extra["vendor_packed"] = [Buffer.from_dlpack(pack_weight(w, spec))]
         reference = None
         for form, model in models.items():
             (out,) = model._execute_device_tensors([x_buffer, weights[0], *extra[form]])

@@ -105,11 +105,6 @@ def packs(dtype: str) -> bool:
     return lib is not None and names is not None and all(hasattr(lib, f) for f in names)
 
 
-def packing_available() -> bool:
-    """Whether this process's vendor BLAS packs float32 weights."""
-    return packs("float32")
-
-
 def parts_for(n: int) -> int:
     """How many column slices a weight of ``n`` columns is packed in: one a
     usable CPU (a MAX task each), none under 64 columns wide."""

@@ -32,8 +32,6 @@ from .product_kernels import (
     vendor_product,
 )
 
-# The strategy's name (settings.PRODUCT_STRATEGIES).
-PACKED = "vendor_packed"
 # Set in a GraphModule's meta (``gm.meta[FROZEN_WEIGHTS] = True``) for an
 # inference graph compiled with frozen weights: only its products may pack.
 FROZEN_WEIGHTS = "torch_max_backend_frozen_weights"

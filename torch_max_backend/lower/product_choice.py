@@ -67,8 +67,10 @@ MIN_TIMED_WORK = 1 << 18
 # Graphs that leave this machine (exported packages) never call the vendor
 # library: its path is this machine's, and the AOT runner's machine may lack it.
 VENDOR = "vendor"
+# The vendor BLAS over a weight packed once (packed_products.py).
+PACKED = "vendor_packed"
 # Forms a machine's files (the vendor library) build.
-_VENDOR_FORMS = frozenset({VENDOR, "vendor_packed"})
+_VENDOR_FORMS = frozenset({VENDOR, PACKED})
 # Forms only product_strategy names. Our tiled kernel runs a product alone
 # as fast as MAX's matmul, but MAX fuses the elementwise work before and
 # after its own matmul into it and not into a custom kernel, so a training
@@ -242,9 +244,9 @@ def choose_by_measurement(
             return fitting[0]
         # Only a product that is timed asks how its graph reads its weights.
         shape = dataclasses.replace(shape, streamed=weights_stream(node.graph))
-        if shape.streamed and "vendor_packed" in names:
+        if shape.streamed and PACKED in names:
             # Timed streamed, each of its weight's copies would be packed too.
-            names.remove("vendor_packed")
+            names.remove(PACKED)
             if len(names) < 2:
                 return fitting[0]
         best = measured(shape, names)

@@ -14,15 +14,16 @@ from typing import Any
 
 import sympy
 import torch
-from max.graph import BufferType, DeviceRef, Dim, TensorType, TensorValue, ops
+from max.graph import BufferType, DeviceRef, Dim, Graph, TensorType, TensorValue, ops
 
 from ...dtypes import to_device_ref, to_max_dtype
 from ...errors import MaxCompilerError
 from ...kernels.weight_packing import packed_length
 from ...plan import InputKind, InputSource
 from ..opmath import HALF
-from ..packed_products import FROZEN_WEIGHTS, PACKED, packed_weight
+from ..packed_products import FROZEN_WEIGHTS, packed_weight
 from ..passes import GraphFindings
+from ..product_choice import PACKED
 from ..registry import draws_random, lifts_scalars
 from ..shapes import expression_dim, max_dim
 from .capability import lowering_of, strategy_of
@@ -305,6 +306,10 @@ class InputPlan:
                 source = InputSource(InputKind.PACKED, *key)
                 made[key] = self._add(source, meta, f"packed weight {weight.name}")
             self.packed_of[node] = made[key]
+
+    def packed_values(self, graph: Graph) -> dict[torch.fx.Node, TensorValue]:
+        """Each product reading a packed weight -> that input of ``graph``."""
+        return {n: graph.inputs[i].tensor for n, i in self.packed_of.items()}
 
     def _plan_scalars(self, node: torch.fx.Node) -> None:
         fn = lowering_of(node)

@@ -120,9 +120,7 @@ class NodeWalk:
         # MAX input number -> the input rebound to its size expressions.
         self.rebound: dict[int, TensorValue] = {}
         self.graph = Graph(GRAPH_NAME, input_types=inputs.types)
-        self.packed = {
-            n: self.graph.inputs[i].tensor for n, i in inputs.packed_of.items()
-        }
+        self.packed = inputs.packed_values(self.graph)
         # The slot kernel (kernels/mojo/slot_write.mojo) runs on the CPU.
         cpu = inputs.device.type == "cpu"
         self.slot_writes = self.findings.slot_writes if cpu else {}

@@ -13,8 +13,8 @@ from max.graph import TensorValue, ops
 
 from ..kit import arg_tensor
 from ..opmath import accumulated
-from ..packed_products import PACKED, packed_fits, packed_product
-from ..product_choice import choose_by_measurement
+from ..packed_products import packed_fits, packed_product
+from ..product_choice import PACKED, choose_by_measurement
 from ..product_kernels import (
     few_rows_streamed,
     few_rows_times_large_weight,
