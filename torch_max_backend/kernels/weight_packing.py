@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..dtypes import dtype_name
 from .vendor_blas import vendor_blas
 
 # Per operand type (torch's name): MKL's packed-size, pack and compute
@@ -45,8 +46,8 @@ FUNCTIONS = {
         "cblas_gemm_f16f16f32_compute",
     ),
 }
-# A packing's operand type, as a PACKED input's sizes carry it.
-_TYPE_CODES = ("float32", "bfloat16", "float16")
+# A packing's operand type, as a PACKED input's sizes carry it: its place here.
+_TYPE_CODES = tuple(FUNCTIONS)
 _ROW_MAJOR = 101
 _NO_TRANS = 111
 _TRANS = 112
@@ -148,7 +149,7 @@ def pack_weight(weight: torch.Tensor, spec: PackSpec) -> torch.Tensor:
             f"torch-max-backend: no vendor BLAS that packs {spec.dtype} weights"
         )
     expected = (spec.n, spec.k) if spec.weight_nk else (spec.k, spec.n)
-    if tuple(weight.shape) != expected or str(weight.dtype) != f"torch.{spec.dtype}":
+    if tuple(weight.shape) != expected or dtype_name(weight.dtype) != spec.dtype:
         raise ValueError(
             f"torch-max-backend: a packed weight must be {spec.dtype} "
             f"{list(expected)}, not {weight.dtype} {list(weight.shape)}"
