@@ -82,6 +82,47 @@ def test_a_weight_changed_or_replaced_is_packed_again(max_calls):
     assert max_calls.count >= 4
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_weights_are_cast_once_when_packed_and_again_when_changed(
+    max_calls, graph_texts, dtype
+):
+    if not weight_packing.packs(str(dtype).removeprefix("torch.")):
+        pytest.skip(f"no vendor BLAS that packs {dtype} weights here")
+    model, x = TwoProducts().eval(), torch.randn(6, 40)
+    compiled = _compiled(model, FROZEN)
+
+    def both() -> tuple[torch.Tensor, torch.Tensor]:
+        # A region each: eager autocast keeps its casts of parameters until
+        # the region ends.
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+            got = compiled(x)
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+            return got, model(x)
+
+    got, expected = both()
+    assert got.dtype == dtype
+    # Both products take the same bits: torch's rounding of the same weights.
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-1)
+    with torch.no_grad():
+        model.linear.weight.mul_(-2.0)  # the float32 parameter, in place
+    got, expected = both()
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-1)
+    assert max_calls.count == 2
+    (text,) = graph_texts()
+    assert text.count(KERNEL) == 2
+
+
+@needs_packing
+def test_a_cast_weight_is_packed_from_its_float32_tensor():
+    if not weight_packing.packs("bfloat16"):
+        pytest.skip("no vendor BLAS that packs bfloat16 weights here")
+    spec = weight_packing.PackSpec(6, 40, 24, True, 2, "bfloat16", "float32")
+    packed = weight_packing.pack_weight(torch.randn(24, 40), spec)
+    assert packed.numel() == weight_packing.packed_length(spec)
+    with pytest.raises(ValueError, match=r"float32 \[24, 40\], not torch.bfloat16"):
+        weight_packing.pack_weight(torch.randn(24, 40, dtype=torch.bfloat16), spec)
+
+
 @needs_packing
 def test_without_frozen_weights_or_in_training_no_weight_is_packed(graph_texts):
     model, x = TwoProducts().eval(), torch.randn(6, 40)
@@ -117,9 +158,11 @@ def test_a_packed_input_round_trips_through_a_saved_plan():
     saved = plan_from_data(plan_to_data(plan))
     assert saved == plan
     assert weight_packing.PackSpec.from_list(list(saved.inputs[1].packing)) == spec
+    cast = weight_packing.PackSpec(6, 40, 24, True, 2, "bfloat16", "float32")
+    assert weight_packing.PackSpec.from_list(cast.as_list()) == cast
     data = plan_to_data(plan)
     data["inputs"][1][2] = [6, 40]
-    with pytest.raises(ValueError, match="a packed input has 6 sizes"):
+    with pytest.raises(ValueError, match="a packed input has 7 sizes"):
         plan_from_data(data)
 
 

@@ -86,6 +86,35 @@ def test_half_precision_products_take_the_vendor_path_in_every_layout(
     assert "mo.matmul" not in text
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("frozen", [False, True], ids=["vendor", "vendor_packed"])
+def test_half_precision_sums_are_rounded_as_torch_rounds(monkeypatch, dtype, frozen):
+    """Integer operands make every float32 sum exact (2049, 2051, ...), so the
+    rounding alone decides the result: to nearest, ties to even, NaN kept."""
+    if not _vendor_multiplies(dtype_name(dtype)):
+        pytest.skip(f"no vendor BLAS with {dtype} products here")
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    gen = torch.Generator().manual_seed(0)
+    # Sums up to 64000: past float16's exact integers (2048), not its range.
+    x = torch.randint(-40, 41, (6, 40), generator=gen).to(dtype)
+    w = torch.randint(-40, 41, (40, 40), generator=gen).to(dtype)
+    x[2, 3] = float("nan")
+    # 40 columns: a vector of 16 and the rest one by one, in one task.
+    strategy = "vendor_packed" if frozen else "vendor"
+    compiled = torch.compile(
+        torch.mm,
+        backend=max_backend,
+        options={"product_strategy": strategy, "frozen_weights": frozen},
+    )
+    with torch.no_grad():
+        got = compiled(x, w)
+    sums = x.float() @ w.float()
+    want = sums.to(dtype)
+    assert (want.float() - sums).nan_to_num().abs().max() > 0  # some rounded
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
 @needs_vendor
 def test_the_vendor_path_counts_a_symbolic_batch_at_run_time(
     monkeypatch, max_calls, graph_texts

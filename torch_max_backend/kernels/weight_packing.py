@@ -60,7 +60,10 @@ _ALIGN_BYTES = 64
 class PackSpec:
     """How one weight is packed: for ``rows`` rows of a product with ``k``
     and ``n``, W stored [k, n], or [n, k] when ``weight_nk``, in ``parts``
-    slices of its columns; its operands of ``dtype`` (torch's name)."""
+    slices of its columns; its operands of ``dtype`` (torch's name). A
+    weight stored as float32 and converted by the graph (autocast's cast of a
+    parameter) has ``stored`` "float32": it is converted as torch converts
+    (to nearest, ties to even), then packed."""
 
     rows: int
     k: int
@@ -68,6 +71,12 @@ class PackSpec:
     weight_nk: bool
     parts: int
     dtype: str = "float32"
+    stored: str = ""
+
+    @property
+    def stored_dtype(self) -> str:
+        """The weight's type as the caller hands it over."""
+        return self.stored or self.dtype
 
     def as_list(self) -> list[int]:
         return [
@@ -77,12 +86,22 @@ class PackSpec:
             int(self.weight_nk),
             self.parts,
             _TYPE_CODES.index(self.dtype),
+            _TYPE_CODES.index(self.stored_dtype),
         ]
 
     @classmethod
     def from_list(cls, values: list[int]) -> PackSpec:
-        rows, k, n, nk, parts, kind = values
-        return cls(rows, k, n, bool(nk), parts, _TYPE_CODES[kind])
+        rows, k, n, nk, parts, kind, stored = values
+        dtype, stored_dtype = _TYPE_CODES[kind], _TYPE_CODES[stored]
+        return cls(
+            rows,
+            k,
+            n,
+            bool(nk),
+            parts,
+            dtype,
+            "" if stored_dtype == dtype else stored_dtype,
+        )
 
 
 @functools.cache
@@ -149,12 +168,16 @@ def pack_weight(weight: torch.Tensor, spec: PackSpec) -> torch.Tensor:
             f"torch-max-backend: no vendor BLAS that packs {spec.dtype} weights"
         )
     expected = (spec.n, spec.k) if spec.weight_nk else (spec.k, spec.n)
-    if tuple(weight.shape) != expected or dtype_name(weight.dtype) != spec.dtype:
+    stored = spec.stored_dtype
+    if tuple(weight.shape) != expected or dtype_name(weight.dtype) != stored:
         raise ValueError(
-            f"torch-max-backend: a packed weight must be {spec.dtype} "
+            f"torch-max-backend: a packed weight must be {stored} "
             f"{list(expected)}, not {weight.dtype} {list(weight.shape)}"
         )
-    weight = weight.detach().contiguous()
+    weight = weight.detach()
+    if stored != spec.dtype:
+        weight = weight.to(getattr(torch, spec.dtype))
+    weight = weight.contiguous()
     slices = _slices(spec)
     packed = torch.empty(packed_length(spec), dtype=torch.float32)
     pack = getattr(lib, FUNCTIONS[spec.dtype][1])

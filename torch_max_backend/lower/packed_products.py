@@ -9,7 +9,9 @@ packed_weights.py), and hands the packed copy to the graph as an input of
 its own (builder/planning.py); the kernel (kernels/mojo_vendor/
 vendor_packed_matmul.mojo) calls ``cblas_sgemm_compute`` over it. The
 strategy is timed against the others like any product's
-(product_choice.py).
+(product_choice.py). Under autocast the graph casts each float32 weight to
+bfloat16 (or float16) at every call; such a weight is cast once, with
+torch's rounding, when it is packed, and the graph's cast is left unused.
 """
 
 from __future__ import annotations
@@ -45,23 +47,57 @@ def mark_frozen(gm: torch.fx.GraphModule, kind: str, frozen_weights: bool) -> No
         gm.meta[FROZEN_WEIGHTS] = True
 
 
-def _weight_input(node: torch.fx.Node) -> tuple[torch.fx.Node, bool] | None:
+# A cast that only changes a tensor's dtype: autocast's of a parameter.
+_CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+_CAST_KWARGS = {"dtype"}
+
+
+def _cast_source(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The float32 tensor that ``node`` converts to bfloat16 or float16 and
+    does nothing else to (device, layout and memory format kept); else None."""
+    if node.op != "call_function" or node.target not in _CASTS:
+        return None
+    if node.target is torch.ops.aten._to_copy.default and not set(node.kwargs) <= (
+        _CAST_KWARGS
+    ):
+        return None
+    source = node.args[0]
+    meta, out = (
+        source.meta.get("val") if isinstance(source, torch.fx.Node) else None,
+        node.meta.get("val"),
+    )
+    if not isinstance(meta, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return None
+    if meta.dtype != torch.float32 or out.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    return source
+
+
+def _weight_input(node: torch.fx.Node) -> tuple[torch.fx.Node, bool, str] | None:
     """The graph input a product reads as its weight, whole and contiguous,
-    and whether it is stored [N, K] (a Linear's, read transposed); None for
-    a weight computed in the graph."""
+    whether it is stored [N, K] (a Linear's, read transposed), and the type
+    it is stored in (float32 where the graph casts it: autocast); None for a
+    weight computed in the graph."""
     _, weight = _operands(node)
     stored = stored_rows(weight)
     source, weight_nk = (stored, True) if stored is not None else (weight, False)
-    if not isinstance(source, torch.fx.Node) or source.op != "placeholder":
+    if not isinstance(source, torch.fx.Node):
+        return None
+    cast = _cast_source(source)
+    if cast is not None:
+        source = cast
+    if source.op != "placeholder":
         return None
     meta = source.meta.get("val")
     if not isinstance(meta, torch.Tensor) or meta.dim() != 2:
         return None
-    return (source, weight_nk) if meta.is_contiguous() else None
+    if not meta.is_contiguous():
+        return None
+    return source, weight_nk, dtype_name(meta.dtype)
 
 
 def packed_fits(node: torch.fx.Node) -> str | None:
-    """float32 (or bfloat16, float16) rows, a static count, times a weight that is a graph input, on the CPU, in an inference graph compiled with frozen_weights, where the vendor BLAS packs such weights (MKL's cblas_sgemm_pack, cblas_gemm_bf16bf16f32_pack); chosen by measurement or by product_strategy."""
+    """float32 (or bfloat16, float16) rows, a static count, times a weight that is a graph input (or autocast's cast of one), on the CPU, in an inference graph compiled with frozen_weights, where the vendor BLAS packs such weights (MKL's cblas_sgemm_pack, cblas_gemm_bf16bf16f32_pack); chosen by measurement or by product_strategy."""
     gm = node.graph.owning_module
     if gm is None or not gm.meta.get(FROZEN_WEIGHTS):
         return "weights not frozen (frozen_weights, inference graphs)"
@@ -86,12 +122,19 @@ def packed_weight(node: torch.fx.Node) -> tuple[torch.fx.Node, PackSpec]:
     """The graph input a packed product reads and how it is packed."""
     found = _weight_input(node)
     assert found is not None  # packed_fits checked
-    source, weight_nk = found
+    source, weight_nk, stored = found
     rows, _ = _operands(node)
     first, second = (int(d) for d in source.meta["val"].shape)
     k, n = (second, first) if weight_nk else (first, second)
+    dtype = dtype_name(rows.dtype)
     spec = PackSpec(
-        int(rows.shape[0]), k, n, weight_nk, parts_for(n), dtype_name(rows.dtype)
+        int(rows.shape[0]),
+        k,
+        n,
+        weight_nk,
+        parts_for(n),
+        dtype,
+        "" if stored == dtype else stored,
     )
     return source, spec
 

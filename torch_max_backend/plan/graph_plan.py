@@ -26,7 +26,8 @@ class InputKind(enum.Enum):
 class InputSource:
     """Where one MAX input comes from at run time. ``packing``, for a PACKED
     input only: the weight's rows, k, n, whether it is stored [n, k], its
-    slices and its operands' type (weight_packing.PackSpec.as_list)."""
+    slices, its operands' type and the type it is stored in
+    (weight_packing.PackSpec.as_list)."""
 
     kind: InputKind
     index: int = -1

@@ -121,8 +121,8 @@ def _input(item: Any) -> InputSource:
         return source
     (packing,) = rest
     values = tuple(_int(v, "a packed weight's size") for v in packing)
-    if len(values) != 6:
-        raise ValueError(f"a packed input has 6 sizes, got {packing!r}")
+    if len(values) != 7:
+        raise ValueError(f"a packed input has 7 sizes, got {packing!r}")
     return InputSource(source.kind, source.index, values)
 
 

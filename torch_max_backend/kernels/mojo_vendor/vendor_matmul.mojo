@@ -14,6 +14,8 @@ from max.gpu.host import DeviceContext
 from std.ffi import OwnedDLHandle, c_int
 from std.math import ceildiv
 from std.memory.alloc import unsafe_alloc
+
+from .rounded_rows import store_rounded
 from std.sys.info import num_physical_cores
 
 comptime _ROW_MAJOR: c_int = 101
@@ -24,8 +26,6 @@ comptime _MKL_SEQUENTIAL: c_int = 1
 # Columns a task takes at least: narrower slices cost more in calls than they
 # gain in parallel work.
 comptime _MIN_COLUMNS = 64
-# float32 sums rounded to half precision this many at a time.
-comptime _ROUND_WIDTH = 16
 
 
 @extensibility.register("torch_max_backend_vendor_matmul")
@@ -140,22 +140,7 @@ struct VendorMatmul:
                 sgemm(_ROW_MAJOR, trans_a, trans_b, c_int(rows), c_int(cols),
                       c_int(k_len), Float32(1.0), a_at, c_int(lda), b_at,
                       c_int(ldb), Float32(0.0), sums, c_int(cols))
-                for i in range(rows):
-                    var src = sums.unsafe_offset(i * cols)
-                    var dst = c.unsafe_offset(c_at + i * n_len)
-                    var j = 0
-                    while j + _ROUND_WIDTH <= cols:
-                        dst.unsafe_offset(j).unsafe_store(
-                            src.unsafe_offset(j)
-                            .unsafe_load[width=_ROUND_WIDTH]()
-                            .cast[dtype]()
-                        )
-                        j += _ROUND_WIDTH
-                    while j < cols:
-                        dst.unsafe_offset(j).unsafe_store(
-                            src.unsafe_offset(j).unsafe_load().cast[dtype]()
-                        )
-                        j += 1
+                store_rounded[dtype](sums, c.unsafe_offset(c_at), rows, cols, n_len)
                 sums.unsafe_free()
 
         parallelize(slice, tasks)

@@ -18,6 +18,8 @@ from std.ffi import OwnedDLHandle, c_int, c_size_t
 from std.math import ceildiv
 from std.memory.alloc import unsafe_alloc
 
+from .rounded_rows import store_rounded
+
 comptime _ROW_MAJOR: c_int = 101
 comptime _NO_TRANS: c_int = 111
 comptime _TRANS: c_int = 112
@@ -26,8 +28,6 @@ comptime _B_MATRIX: c_int = 162
 comptime _MKL_SEQUENTIAL: c_int = 1
 # A slice's packed bytes are rounded up to this many float32 values.
 comptime _ALIGN_VALUES = 16
-# float32 sums rounded to half precision this many at a time.
-comptime _ROUND_WIDTH = 16
 
 
 @extensibility.register("torch_max_backend_vendor_packed_matmul")
@@ -123,18 +123,7 @@ struct VendorPackedMatmul:
                         c_int(k_len), Float32(1.0), a, c_int(lda),
                         b.unsafe_offset(at), c_int(cols), Float32(0.0), sums,
                         c_int(cols))
-                for i in range(m_len):
-                    var src = sums.unsafe_offset(i * cols)
-                    var dst = c.unsafe_offset(i * n_len + first)
-                    var j = 0
-                    while j + _ROUND_WIDTH <= cols:
-                        dst.unsafe_offset(j).unsafe_store(
-                            src.unsafe_offset(j).unsafe_load[width=_ROUND_WIDTH]().cast[dtype]()
-                        )
-                        j += _ROUND_WIDTH
-                    while j < cols:
-                        dst.unsafe_offset(j).unsafe_store(src.unsafe_offset(j).unsafe_load().cast[dtype]())
-                        j += 1
+                store_rounded[dtype](sums, c.unsafe_offset(first), m_len, cols, n_len)
                 sums.unsafe_free()
 
         parallelize(slice, parts)
