@@ -115,6 +115,40 @@ def test_half_precision_sums_are_rounded_as_torch_rounds(monkeypatch, dtype, fro
     assert torch.equal(got.nan_to_num(), want.nan_to_num())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("frozen", [False, True], ids=["vendor", "vendor_packed"])
+def test_a_bias_is_summed_with_the_product_and_rounded_once(
+    monkeypatch, graph_texts, dtype, frozen
+):
+    """As PyTorch's addmm: the bias joins the float32 sums, one rounding
+    (257 + 1 gives 258 in bfloat16 where 257 rounded first would give 256)."""
+    found = vendor_blas.vendor_blas()
+    if found is None or not (
+        dtype == torch.float32 or _vendor_multiplies(dtype_name(dtype))
+    ):
+        pytest.skip(f"no vendor BLAS with {dtype} products here")
+    monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
+    gen = torch.Generator().manual_seed(1)
+    linear = torch.nn.Linear(40, 70).eval()
+    with torch.no_grad():
+        linear.weight.copy_(torch.randint(-40, 41, (70, 40), generator=gen))
+        linear.bias.copy_(torch.randint(-9, 10, (70,), generator=gen))
+    linear = linear.to(dtype)
+    x = torch.randint(-40, 41, (6, 40), generator=gen).to(dtype)
+    strategy = "vendor_packed" if frozen else "vendor"
+    compiled = torch.compile(
+        linear,
+        backend=max_backend,
+        options={"product_strategy": strategy, "frozen_weights": frozen},
+    )
+    with torch.no_grad():
+        got = compiled(x)
+    exact = x.float() @ linear.weight.float().T + linear.bias.float()
+    assert torch.equal(got, exact.to(dtype))
+    (text,) = graph_texts()
+    assert "mo.add" not in text  # the bias is the kernel's
+
+
 @needs_vendor
 def test_the_vendor_path_counts_a_symbolic_batch_at_run_time(
     monkeypatch, max_calls, graph_texts

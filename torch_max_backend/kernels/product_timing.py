@@ -49,7 +49,7 @@ from .. import logs
 from ..dtypes import dtype_name, to_max_dtype
 from ..storage.product_choices import last_level_cache_bytes
 from .library import SHIPPED, STREAMED, TILED, MojoLibrary, custom
-from .vendor_blas import VENDOR_KERNELS, vendor_blas
+from .vendor_blas import VENDOR_KERNELS, no_bias, vendor_blas
 from .weight_packing import PackSpec, pack_weight, parts_for
 
 FORMS = ("row_sums", "skinny", "matmul", "vendor", "tiled", "streamed", "vendor_packed")
@@ -92,15 +92,22 @@ def _row_sums(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
 
 
 def _custom(
-    kernels: MojoLibrary, kernel: str, **parameters: bool | int | str
+    kernels: MojoLibrary,
+    kernel: str,
+    biased: bool = False,
+    **parameters: bool | int | str,
 ) -> Callable[[TensorValue, TensorValue, bool], TensorValue]:
+    """A form by one of our kernels; ``biased``: one that takes a bias operand
+    (the vendor kernels), handed an empty one."""
+
     def build(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
         n = w.shape[0] if weight_nk else w.shape[1]
         out = TensorType(x.dtype, [x.shape[0], n], x.device)
+        bias = [no_bias(x.dtype, x.device)] if biased else []
         (y,) = custom(
             kernels,
             kernel,
-            [x, w],
+            [x, w, *bias],
             [out],
             x.device,
             {**parameters, "weight_nk": weight_nk},
@@ -126,7 +133,10 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
         if found is None:
             raise ValueError("no vendor BLAS on this machine")
         return _custom(
-            VENDOR_KERNELS, "torch_max_backend_vendor_matmul", library=found.path
+            VENDOR_KERNELS,
+            "torch_max_backend_vendor_matmul",
+            biased=True,
+            library=found.path,
         )
     raise ValueError(f"unknown product form {form!r}; known: {', '.join(FORMS)}")
 
@@ -142,7 +152,7 @@ def _packed(parts: int, weight_nk: bool) -> Callable[..., TensorValue]:
         (y,) = custom(
             VENDOR_KERNELS,
             "torch_max_backend_vendor_packed_matmul",
-            [x, packed],
+            [x, packed, no_bias(x.dtype, x.device)],
             [TensorType(x.dtype, [x.shape[0], n], x.device)],
             x.device,
             {"parts": parts, "library": found.path},

@@ -28,6 +28,10 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
+import numpy as np
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue, ops
+
 from .. import logs
 from .library import MojoLibrary
 
@@ -51,6 +55,13 @@ VENDOR_KERNELS = MojoLibrary(
 )
 
 _log = logs.get_logger("compile")
+
+
+def no_bias(dtype: DType, device: DeviceRef) -> TensorValue:
+    """The vendor kernels' empty bias operand: a product with none. (A cast
+    of a constant: MAX folds it when compiling.)"""
+    empty = ops.constant(np.zeros((0,), np.float32), DType.float32, device=device)
+    return empty if dtype == DType.float32 else ops.cast(empty, dtype)
 
 
 @dataclass(frozen=True)

@@ -139,20 +139,26 @@ def packed_weight(node: torch.fx.Node) -> tuple[torch.fx.Node, PackSpec]:
     return source, spec
 
 
-def packed_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
+def packed_product(
+    rows: TensorValue, mat2: TensorValue, bias: TensorValue | None = None
+) -> TensorValue:
+    """``rows @ mat2 (+ bias)`` over the weight packed for this product; the
+    bias joins the float32 sums, as vendor_product's does."""
     node = current().node
     packed = current().packed.get(node)
     if packed is None:
         # Planned without it (a timing that failed at planning and not at
         # the build): the weight as stored, through the vendor's own call.
-        return vendor_product(rows, mat2)
+        return vendor_product(rows, mat2, bias)
+    if bias is None:
+        bias = vendor_blas.no_bias(rows.dtype, rows.device)
     _, spec = packed_weight(node)
     found = vendor_blas.vendor_blas()
     assert found is not None  # packed_fits checked
     (product,) = custom(
         vendor_blas.VENDOR_KERNELS,
         "torch_max_backend_vendor_packed_matmul",
-        [rows, packed],
+        [rows, packed, bias],
         [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
         rows.device,
         parameters={"parts": spec.parts, "library": found.path},

@@ -6,7 +6,7 @@ lower/ops/linalg.py's mm and addmm list them as strategies."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from max.graph import TensorType, TensorValue, ops
@@ -152,16 +152,18 @@ def _kernel_product(
     /,
     *,
     rows_given: TensorValue | None = None,
+    more: Sequence[TensorValue] = (),
     **parameters: Parameter,
 ) -> TensorValue:
     """``rows @ mat2`` by one of our product kernels, which reads the weight
     where it is stored and is told its layout (``weight_nk``); the kernel is
-    handed ``rows_given`` for the rows where set (as they are stored)."""
+    handed ``rows_given`` for the rows where set (as they are stored), and
+    ``more`` operands after the weight."""
     stored, stored_nk = _stored_weight(mat2)
     (product,) = custom(
         library,
         kernel,
-        [rows if rows_given is None else rows_given, stored],
+        [rows if rows_given is None else rows_given, stored, *more],
         [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
         rows.device,
         parameters={**parameters, "weight_nk": stored_nk},
@@ -244,14 +246,22 @@ def product_shape(node: torch.fx.Node) -> ProductShape | None:
     return ProductShape(count, k, n, _reads_stored_rows(weight_node), dtype=rows.dtype)
 
 
-def vendor_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
+def vendor_product(
+    rows: TensorValue, mat2: TensorValue, bias: TensorValue | None = None
+) -> TensorValue:
+    """``rows @ mat2 (+ bias)`` by the vendor BLAS; the bias (N values of the
+    rows' type) joins the float32 sums before their one rounding, as
+    PyTorch's addmm adds it."""
     found = vendor_blas.vendor_blas()
     assert found is not None  # vendor_fits checked
+    if bias is None:
+        bias = vendor_blas.no_bias(rows.dtype, rows.device)
     return _kernel_product(
         vendor_blas.VENDOR_KERNELS,
         "torch_max_backend_vendor_matmul",
         rows,
         mat2,
+        more=[bias],
         library=found.path,
     )
 

@@ -15,7 +15,7 @@ from std.ffi import OwnedDLHandle, c_int
 from std.math import ceildiv
 from std.memory.alloc import unsafe_alloc
 
-from .rounded_rows import store_rounded
+from .rounded_rows import fill_rows, fill_sums, store_rounded
 from std.sys.info import num_physical_cores
 
 comptime _ROW_MAJOR: c_int = 101
@@ -30,10 +30,11 @@ comptime _MIN_COLUMNS = 64
 
 @extensibility.register("torch_max_backend_vendor_matmul")
 struct VendorMatmul:
-    """`output[M, N] = x[M, K] @ W` in float32 by the vendor's `cblas_sgemm`
-    (bfloat16, float16: MKL's half-precision product into float32, rounded
-    once), W stored [K, N], or [N, K] when `weight_nk` is set (a Linear's
-    weight)."""
+    """`output[M, N] = x[M, K] @ W (+ bias[N])` in float32 by the vendor's
+    `cblas_sgemm` (bfloat16, float16: MKL's half-precision product into
+    float32, rounded once), W stored [K, N], or [N, K] when `weight_nk` is set
+    (a Linear's weight). A `bias` of N values joins the float32 sums before
+    the one rounding, as PyTorch's addmm adds it; an empty one is none."""
 
     @staticmethod
     def execute[
@@ -46,6 +47,7 @@ struct VendorMatmul:
         output: OutputTensor[dtype=dtype, rank=2, ...],
         x: InputTensor[dtype=dtype, rank=2, ...],
         w: InputTensor[dtype=dtype, rank=2, ...],
+        bias: InputTensor[dtype=dtype, rank=1, ...],
         ctx: DeviceContext,
     ) raises:
         comptime assert target == "cpu", "torch_max_backend_vendor_matmul runs on CPU"
@@ -57,10 +59,17 @@ struct VendorMatmul:
         var n_len = output.dim_size(1)
         if m_len == 0 or n_len == 0:
             return
+        var has_bias = bias.dim_size(0) != 0
+        if has_bias and (bias.dim_size(0) != n_len or bias.strides()[0] != 1):
+            raise Error("torch_max_backend_vendor_matmul: a bias of N dense values")
+        var d = bias.unsafe_ptr()
         if k_len == 0:
             # An empty sum; BLAS refuses a leading dimension of 0.
-            for i in range(m_len * n_len):
-                output.unsafe_ptr().unsafe_offset(i).unsafe_store(Scalar[dtype](0))
+            for i in range(m_len):
+                for j in range(n_len):
+                    output.unsafe_ptr().unsafe_offset(i * n_len + j).unsafe_store(
+                        d.unsafe_offset(j).unsafe_load() if has_bias else Scalar[dtype](0)
+                    )
             return
         var lib = OwnedDLHandle(library)
         var sgemm = lib.get_function[NoneType](
@@ -129,17 +138,24 @@ struct VendorMatmul:
             )
             var b_at = b.unsafe_offset(first * b_n) if by_columns else b
             var c_at = first if by_columns else first * n_len
+            # The bias starts the sums (beta 1): the product adds onto it.
+            var d_at = d.unsafe_offset(first if by_columns else 0)
+            var beta = Float32(1.0) if has_bias else Float32(0.0)
             comptime if dtype == DType.float32:
+                if has_bias:
+                    fill_rows(c.unsafe_offset(c_at), d_at, rows, cols, n_len)
                 sgemm(_ROW_MAJOR, trans_a, trans_b, c_int(rows), c_int(cols),
                       c_int(k_len), Float32(1.0), a_at, c_int(lda), b_at,
-                      c_int(ldb), Float32(0.0), c.unsafe_offset(c_at),
+                      c_int(ldb), beta, c.unsafe_offset(c_at),
                       c_int(n_len))
             else:
                 # float32 sums in a block of the task's own, then rounded.
                 var sums = unsafe_alloc[Float32](rows * cols)
+                if has_bias:
+                    fill_sums(sums, d_at, rows, cols)
                 sgemm(_ROW_MAJOR, trans_a, trans_b, c_int(rows), c_int(cols),
                       c_int(k_len), Float32(1.0), a_at, c_int(lda), b_at,
-                      c_int(ldb), Float32(0.0), sums, c_int(cols))
+                      c_int(ldb), beta, sums, c_int(cols))
                 store_rounded[dtype](sums, c.unsafe_offset(c_at), rows, cols, n_len)
                 sums.unsafe_free()
 

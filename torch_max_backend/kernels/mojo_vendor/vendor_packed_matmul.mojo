@@ -18,7 +18,7 @@ from std.ffi import OwnedDLHandle, c_int, c_size_t
 from std.math import ceildiv
 from std.memory.alloc import unsafe_alloc
 
-from .rounded_rows import store_rounded
+from .rounded_rows import fill_rows, fill_sums, store_rounded
 
 comptime _ROW_MAJOR: c_int = 101
 comptime _NO_TRANS: c_int = 111
@@ -35,7 +35,8 @@ struct VendorPackedMatmul:
     """`output[M, N] = x[M, K] @ W` by MKL's `cblas_sgemm_compute` over
     `packed` (bfloat16, float16: MKL's half-precision compute into float32,
     rounded once), W packed for M rows in `parts` slices of its N columns;
-    `packed` holds the packed bytes whatever the operands' type."""
+    `packed` holds the packed bytes whatever the operands' type. A `bias` of
+    N values joins the float32 sums before the one rounding (empty: none)."""
 
     @staticmethod
     def execute[
@@ -48,6 +49,7 @@ struct VendorPackedMatmul:
         output: OutputTensor[dtype=dtype, rank=2, ...],
         x: InputTensor[dtype=dtype, rank=2, ...],
         packed: InputTensor[dtype=DType.float32, rank=1, ...],
+        bias: InputTensor[dtype=dtype, rank=1, ...],
         ctx: DeviceContext,
     ) raises:
         comptime assert target == "cpu", "torch_max_backend_vendor_packed_matmul runs on CPU"
@@ -70,6 +72,11 @@ struct VendorPackedMatmul:
             return
         if output.strides()[1] != 1 or output.strides()[0] != n_len:
             raise Error("torch_max_backend_vendor_packed_matmul: output not dense")
+        var has_bias = bias.dim_size(0) != 0
+        if has_bias and (bias.dim_size(0) != n_len or bias.strides()[0] != 1):
+            raise Error("torch_max_backend_vendor_packed_matmul: a bias of N dense values")
+        var d = bias.unsafe_ptr()
+        var beta = Float32(1.0) if has_bias else Float32(0.0)
         # x may reach the kernel as a view (MAX folds a transpose into it).
         var xs = x.strides()
         var trans_a = _NO_TRANS
@@ -111,17 +118,22 @@ struct VendorPackedMatmul:
                 var q_cols = min(n_len, (q + 1) * block) - q * block
                 var bytes = Int(size_of(_B_MATRIX, c_int(m_len), c_int(q_cols), c_int(k_len)))
                 at += ceildiv(bytes, 4 * _ALIGN_VALUES) * _ALIGN_VALUES
+            # The bias starts the sums (beta 1): the product adds onto it.
             comptime if dtype == DType.float32:
+                if has_bias:
+                    fill_rows(c.unsafe_offset(first), d.unsafe_offset(first), m_len, cols, n_len)
                 # sgemm's alpha was applied when the weight was packed.
                 compute(_ROW_MAJOR, trans_a, _PACKED, c_int(m_len), c_int(cols),
                         c_int(k_len), a, c_int(lda), b.unsafe_offset(at),
-                        c_int(cols), Float32(0.0), c.unsafe_offset(first), c_int(n_len))
+                        c_int(cols), beta, c.unsafe_offset(first), c_int(n_len))
             else:
                 # float32 sums in a block of the task's own, then rounded.
                 var sums = unsafe_alloc[Float32](m_len * cols)
+                if has_bias:
+                    fill_sums(sums, d.unsafe_offset(first), m_len, cols)
                 compute(_ROW_MAJOR, trans_a, _PACKED, c_int(m_len), c_int(cols),
                         c_int(k_len), Float32(1.0), a, c_int(lda),
-                        b.unsafe_offset(at), c_int(cols), Float32(0.0), sums,
+                        b.unsafe_offset(at), c_int(cols), beta, sums,
                         c_int(cols))
                 store_rounded[dtype](sums, c.unsafe_offset(first), m_len, cols, n_len)
                 sums.unsafe_free()

@@ -32,6 +32,7 @@ from ..products import product
 from ..registry import Strategy, decomposition, lowering, lowering_strategies
 from ..row_products import KERNELS, MAX_ROWS, ROW_PRODUCTS, row_products
 from ..scalars import Operand, ScalarArg, as_tensor
+from ..shapes import static_size
 from .reduction import torch_max
 
 aten = torch.ops.aten
@@ -157,6 +158,41 @@ def _addmm_by(
     return addmm_lowering
 
 
+def _addmm_biased_by(
+    product: Callable[..., TensorValue],
+) -> Callable[..., TensorValue]:
+    """addmm's lowering around a kernel that adds a bias itself (the vendor
+    BLAS's): a Linear's bias, N values of the product's type with beta and
+    alpha 1, joins the product's float32 sums before their one rounding, as
+    PyTorch's addmm adds it; any other ``self`` is added after."""
+
+    def addmm_lowering(
+        self: TensorValue,
+        mat1: TensorValue,
+        mat2: TensorValue,
+        *,
+        beta: Operand = 1,
+        alpha: Operand = 1,
+    ) -> TensorValue:
+        """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
+        if (
+            _is_one(beta)
+            and _is_one(alpha)
+            and self.rank == 1
+            and self.dtype == mat1.dtype
+            and static_size(self.shape[0]) is not None
+            and static_size(self.shape[0]) == static_size(mat2.shape[1])
+        ):
+            return product(mat1, mat2, self)
+        return _scaled_sum(self, product(mat1, mat2), beta, alpha)
+
+    return addmm_lowering
+
+
+def _is_one(value: Operand) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == 1
+
+
 addmm = lowering_strategies(
     aten.addmm.default,
     candidates=[
@@ -168,8 +204,8 @@ addmm = lowering_strategies(
         ),
         Strategy("streamed", _addmm_by(few_rows_streamed), streamed_fits),
         Strategy("matmul", _addmm_by(product)),
-        Strategy("vendor", _addmm_by(vendor_product), vendor_fits),
-        Strategy(PACKED, _addmm_by(packed_product), packed_fits),
+        Strategy("vendor", _addmm_biased_by(vendor_product), vendor_fits),
+        Strategy(PACKED, _addmm_biased_by(packed_product), packed_fits),
         Strategy("tiled", _addmm_by(tiled_product), tiled_fits),
     ],
     choose=_choose,
