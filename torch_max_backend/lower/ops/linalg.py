@@ -140,9 +140,13 @@ def bmm(self: TensorValue, mat2: TensorValue) -> TensorValue:
 
 
 def _addmm_by(
-    product: Callable[[TensorValue, TensorValue], TensorValue],
+    product: Callable[..., TensorValue], adds_bias: bool = False
 ) -> Callable[..., TensorValue]:
-    """addmm's lowering around one way of building the product."""
+    """addmm's lowering around one way of building the product. Where the
+    product's kernel adds a bias itself (``adds_bias``: the vendor BLAS's), a
+    Linear's bias, N values of the product's type with beta and alpha 1,
+    joins its float32 sums before their one rounding, as PyTorch's addmm adds
+    it; any other ``self`` is added after."""
 
     def addmm_lowering(
         self: TensorValue,
@@ -153,40 +157,28 @@ def _addmm_by(
         alpha: Operand = 1,
     ) -> TensorValue:
         """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
-        return _scaled_sum(self, product(mat1, mat2), beta, alpha)
-
-    return addmm_lowering
-
-
-def _addmm_biased_by(
-    product: Callable[..., TensorValue],
-) -> Callable[..., TensorValue]:
-    """addmm's lowering around a kernel that adds a bias itself (the vendor
-    BLAS's): a Linear's bias, N values of the product's type with beta and
-    alpha 1, joins the product's float32 sums before their one rounding, as
-    PyTorch's addmm adds it; any other ``self`` is added after."""
-
-    def addmm_lowering(
-        self: TensorValue,
-        mat1: TensorValue,
-        mat2: TensorValue,
-        *,
-        beta: Operand = 1,
-        alpha: Operand = 1,
-    ) -> TensorValue:
-        """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
-        if (
-            _is_one(beta)
-            and _is_one(alpha)
-            and self.rank == 1
-            and self.dtype == mat1.dtype
-            and static_size(self.shape[0]) is not None
-            and static_size(self.shape[0]) == static_size(mat2.shape[1])
-        ):
+        if adds_bias and _a_linear_bias(self, mat1, mat2, beta, alpha):
             return product(mat1, mat2, self)
         return _scaled_sum(self, product(mat1, mat2), beta, alpha)
 
     return addmm_lowering
+
+
+def _a_linear_bias(
+    self: TensorValue,
+    mat1: TensorValue,
+    mat2: TensorValue,
+    beta: Operand,
+    alpha: Operand,
+) -> bool:
+    n = static_size(self.shape[0]) if self.rank == 1 else None
+    return (
+        _is_one(beta)
+        and _is_one(alpha)
+        and self.dtype == mat1.dtype
+        and n is not None
+        and n == static_size(mat2.shape[1])
+    )
 
 
 def _is_one(value: Operand) -> bool:
@@ -204,8 +196,8 @@ addmm = lowering_strategies(
         ),
         Strategy("streamed", _addmm_by(few_rows_streamed), streamed_fits),
         Strategy("matmul", _addmm_by(product)),
-        Strategy("vendor", _addmm_biased_by(vendor_product), vendor_fits),
-        Strategy(PACKED, _addmm_biased_by(packed_product), packed_fits),
+        Strategy("vendor", _addmm_by(vendor_product, adds_bias=True), vendor_fits),
+        Strategy(PACKED, _addmm_by(packed_product, adds_bias=True), packed_fits),
         Strategy("tiled", _addmm_by(tiled_product), tiled_fits),
     ],
     choose=_choose,
