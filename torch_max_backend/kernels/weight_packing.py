@@ -73,6 +73,12 @@ class PackSpec:
     dtype: str = "float32"
     stored: str = ""
 
+    def __post_init__(self) -> None:
+        # One spelling of "stored as its operands' type": the empty one, so
+        # that equal packings compare (and key plans) equal.
+        if self.stored == self.dtype:
+            object.__setattr__(self, "stored", "")
+
     @property
     def stored_dtype(self) -> str:
         """The weight's type as the caller hands it over."""
@@ -92,16 +98,7 @@ class PackSpec:
     @classmethod
     def from_list(cls, values: list[int]) -> PackSpec:
         rows, k, n, nk, parts, kind, stored = values
-        dtype, stored_dtype = _TYPE_CODES[kind], _TYPE_CODES[stored]
-        return cls(
-            rows,
-            k,
-            n,
-            bool(nk),
-            parts,
-            dtype,
-            "" if stored_dtype == dtype else stored_dtype,
-        )
+        return cls(rows, k, n, bool(nk), parts, _TYPE_CODES[kind], _TYPE_CODES[stored])
 
 
 @functools.cache

@@ -49,7 +49,6 @@ def mark_frozen(gm: torch.fx.GraphModule, kind: str, frozen_weights: bool) -> No
 
 # A cast that only changes a tensor's dtype: autocast's of a parameter.
 _CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
-_CAST_KWARGS = {"dtype"}
 
 
 def _cast_source(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -57,15 +56,12 @@ def _cast_source(node: torch.fx.Node) -> torch.fx.Node | None:
     does nothing else to (device, layout and memory format kept); else None."""
     if node.op != "call_function" or node.target not in _CASTS:
         return None
-    if node.target is torch.ops.aten._to_copy.default and not set(node.kwargs) <= (
-        _CAST_KWARGS
-    ):
+    if set(node.kwargs) - {"dtype"}:  # _to_copy's other keywords
         return None
     source = node.args[0]
-    meta, out = (
-        source.meta.get("val") if isinstance(source, torch.fx.Node) else None,
-        node.meta.get("val"),
-    )
+    if not isinstance(source, torch.fx.Node):
+        return None
+    meta, out = source.meta.get("val"), node.meta.get("val")
     if not isinstance(meta, torch.Tensor) or not isinstance(out, torch.Tensor):
         return None
     if meta.dtype != torch.float32 or out.dtype not in (torch.bfloat16, torch.float16):
@@ -126,15 +122,14 @@ def packed_weight(node: torch.fx.Node) -> tuple[torch.fx.Node, PackSpec]:
     rows, _ = _operands(node)
     first, second = (int(d) for d in source.meta["val"].shape)
     k, n = (second, first) if weight_nk else (first, second)
-    dtype = dtype_name(rows.dtype)
     spec = PackSpec(
         int(rows.shape[0]),
         k,
         n,
         weight_nk,
         parts_for(n),
-        dtype,
-        "" if stored == dtype else stored,
+        dtype_name(rows.dtype),
+        stored,
     )
     return source, spec
 

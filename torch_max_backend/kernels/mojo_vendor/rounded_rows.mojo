@@ -1,9 +1,10 @@
 # A task's float32 sums started from a bias, and written to the
-# half-precision output, each rounded
-# once to nearest, ties to even, as torch rounds. bfloat16 by integer
-# arithmetic on the bits: Mojo's cast to bfloat16 converts about 0.65 values a
-# nanosecond on an AVX-512 Xeon (a 64x1024 block: 100 us, two thirds of the
-# product it follows); float16 by the cast, which the CPU does in hardware.
+# half-precision output, each rounded once to nearest, ties to even, as torch
+# rounds. bfloat16 by integer arithmetic on the bits, as kernels/mojo_rounding
+# does (a package of its own, which this one cannot import): Mojo's cast to
+# bfloat16 converts about 0.65 values a nanosecond on an AVX-512 Xeon (a
+# 64x1024 block: 100 us, two thirds of the product it follows); float16 by the
+# cast, which the CPU does in hardware.
 
 from std.memory import bitcast
 

@@ -14,9 +14,9 @@ from max.gpu.host import DeviceContext
 from std.ffi import OwnedDLHandle, c_int
 from std.math import ceildiv
 from std.memory.alloc import unsafe_alloc
+from std.sys.info import num_physical_cores
 
 from .rounded_rows import fill_rows, fill_sums, store_rounded
-from std.sys.info import num_physical_cores
 
 comptime _ROW_MAJOR: c_int = 101
 comptime _NO_TRANS: c_int = 111
@@ -63,13 +63,15 @@ struct VendorMatmul:
         if has_bias and (bias.dim_size(0) != n_len or bias.strides()[0] != 1):
             raise Error("torch_max_backend_vendor_matmul: a bias of N dense values")
         var d = bias.unsafe_ptr()
+        # The bias starts the sums (beta 1): the product adds onto it.
+        var beta = Float32(1.0) if has_bias else Float32(0.0)
         if k_len == 0:
-            # An empty sum; BLAS refuses a leading dimension of 0.
-            for i in range(m_len):
-                for j in range(n_len):
-                    output.unsafe_ptr().unsafe_offset(i * n_len + j).unsafe_store(
-                        d.unsafe_offset(j).unsafe_load() if has_bias else Scalar[dtype](0)
-                    )
+            # An empty sum, the bias alone; BLAS refuses a leading dimension of 0.
+            if has_bias:
+                fill_rows(output.unsafe_ptr(), d, m_len, n_len, n_len)
+            else:
+                for i in range(m_len * n_len):
+                    output.unsafe_ptr().unsafe_offset(i).unsafe_store(Scalar[dtype](0))
             return
         var lib = OwnedDLHandle(library)
         var sgemm = lib.get_function[NoneType](
@@ -138,9 +140,7 @@ struct VendorMatmul:
             )
             var b_at = b.unsafe_offset(first * b_n) if by_columns else b
             var c_at = first if by_columns else first * n_len
-            # The bias starts the sums (beta 1): the product adds onto it.
             var d_at = d.unsafe_offset(first if by_columns else 0)
-            var beta = Float32(1.0) if has_bias else Float32(0.0)
             comptime if dtype == DType.float32:
                 if has_bias:
                     fill_rows(c.unsafe_offset(c_at), d_at, rows, cols, n_len)

@@ -76,6 +76,7 @@ struct VendorPackedMatmul:
         if has_bias and (bias.dim_size(0) != n_len or bias.strides()[0] != 1):
             raise Error("torch_max_backend_vendor_packed_matmul: a bias of N dense values")
         var d = bias.unsafe_ptr()
+        # The bias starts the sums (beta 1): the product adds onto it.
         var beta = Float32(1.0) if has_bias else Float32(0.0)
         # x may reach the kernel as a view (MAX folds a transpose into it).
         var xs = x.strides()
@@ -118,7 +119,6 @@ struct VendorPackedMatmul:
                 var q_cols = min(n_len, (q + 1) * block) - q * block
                 var bytes = Int(size_of(_B_MATRIX, c_int(m_len), c_int(q_cols), c_int(k_len)))
                 at += ceildiv(bytes, 4 * _ALIGN_VALUES) * _ALIGN_VALUES
-            # The bias starts the sums (beta 1): the product adds onto it.
             comptime if dtype == DType.float32:
                 if has_bias:
                     fill_rows(c.unsafe_offset(first), d.unsafe_offset(first), m_len, cols, n_len)
