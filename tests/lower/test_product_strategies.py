@@ -308,6 +308,58 @@ def test_small_products_keep_the_rules_without_timing(monkeypatch, choice_table)
     assert strategy_for(MAPPING_TORCH_ATEN_TO_MAX[node.target], node) == "row_sums"
 
 
+def _small_linear_timed(monkeypatch, fastest: str) -> tuple[list, str]:
+    """A 64x1024 @ [10, 1024] product (a classifier head: more work than the
+    rules keep, less than a summed product's limit) timed by a faked timing
+    that finds ``fastest`` fastest: the timings asked for, the strategy."""
+    register_families()
+    timed: list = []
+
+    def fake_timing(rows, k, n, weight_nk, forms, streamed=False, dtype=None):
+        timed.append(tuple(forms))
+        return {form: (1.0 if form == fastest else 9.0) for form in forms}
+
+    from torch_max_backend.kernels import product_timing
+
+    monkeypatch.setattr(product_timing, "time_forms", fake_timing)
+    gm = make_fx(F.linear, tracing_mode="fake")(
+        torch.zeros(64, 1024), torch.zeros(10, 1024)
+    )
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    return timed, strategy_for(MAPPING_TORCH_ATEN_TO_MAX[node.target], node)
+
+
+@needs_vendor
+@pytest.mark.measured_products
+@pytest.mark.parametrize("fastest", ["vendor", "summed", "matmul"])
+def test_a_small_product_is_timed_against_the_sum_it_would_be(
+    monkeypatch, choice_table, fastest
+):
+    """Below SUMMED_PRODUCT_LIMIT a graph builds "matmul" as a sum, or as
+    MAX's matmul where it holds one anyway; the vendor form alone had nothing
+    to be timed against and "matmul" was taken untimed (a classifier head
+    in bfloat16: 0.57 ms summed, 0.13 by the vendor kernel). It is taken
+    only where it beats both."""
+    timed, chosen = _small_linear_timed(monkeypatch, fastest)
+    assert timed == [("vendor", "summed", "matmul")]
+    assert chosen == ("vendor" if fastest == "vendor" else "matmul")
+
+
+@needs_vendor
+@pytest.mark.measured_products
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_real_timing_of_a_sum_agrees_with_the_vendor_form(choice_table, dtype):
+    from torch_max_backend.kernels import product_timing
+
+    if dtype_name(dtype) not in ("float32", *vendor_blas.vendor_blas().half_types):
+        pytest.skip(f"no vendor {dtype} product here")
+    # time_forms checks every form's result against the first form's.
+    times = product_timing.time_forms(
+        24, 256, 40, True, ["vendor", "summed"], dtype=dtype
+    )
+    assert set(times) == {"vendor", "summed"} and all(t > 0 for t in times.values())
+
+
 @needs_vendor
 @pytest.mark.measured_products
 def test_real_timing_checks_each_form_and_keeps_the_fastest(choice_table):

@@ -15,7 +15,10 @@ product strategies that build them (lower/product_kernels.py):
 - ``streamed``: our few-rows kernel that prefetches the weight it reads
   next (kernels/mojo_streamed/streamed_matmul.mojo);
 - ``vendor_packed``: the vendor BLAS over the weight packed beforehand
-  (weight_packing.py; frozen weights), never timed streamed.
+  (weight_packing.py; frozen weights), never timed streamed;
+- ``summed``: x and W multiplied elementwise and summed over K, in float32
+  (what the ``matmul`` strategy builds for small products,
+  lower/products.py; no strategy of its own).
 
 W is stored [K, N], or [N, K] (``weight_nk``: a Linear's weight, read
 transposed). The forms run interleaved, round after round, and each keeps
@@ -52,7 +55,16 @@ from .library import SHIPPED, STREAMED, TILED, MojoLibrary, custom
 from .vendor_blas import VENDOR_KERNELS, no_bias, vendor_blas
 from .weight_packing import PackSpec, pack_weight, parts_for
 
-FORMS = ("row_sums", "skinny", "matmul", "vendor", "tiled", "streamed", "vendor_packed")
+FORMS = (
+    "row_sums",
+    "skinny",
+    "matmul",
+    "vendor",
+    "tiled",
+    "streamed",
+    "vendor_packed",
+    "summed",
+)
 # Rounds at least, and the time they may take together, per shape.
 _MIN_ROUNDS = 5
 _BUDGET_S = 0.5
@@ -91,6 +103,17 @@ def _row_sums(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
     return ops.reshape(ops.sum(ops.mul(w, x), -1), [1, w.shape[0]])
 
 
+def _summed(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
+    # As lower/products.py builds a small product (which this room may not
+    # import): x[M, K, 1] * W[1, K, N] summed over K, in float32.
+    dtype = x.dtype
+    if dtype != DType.float32:
+        x, w = ops.cast(x, DType.float32), ops.cast(w, DType.float32)
+    b = ops.transpose(w, 0, 1) if weight_nk else w
+    out = ops.squeeze(ops.sum(ops.unsqueeze(x, -1) * ops.unsqueeze(b, 0), axis=1), 1)
+    return out if dtype == DType.float32 else ops.cast(out, dtype)
+
+
 def _custom(
     kernels: MojoLibrary,
     kernel: str,
@@ -122,6 +145,8 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
         return _matmul
     if form == "row_sums":
         return _row_sums
+    if form == "summed":
+        return _summed
     if form == "skinny":
         return _custom(SHIPPED, "torch_max_backend_skinny_matmul", rows=0)
     if form == "tiled":

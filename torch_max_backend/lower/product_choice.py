@@ -26,7 +26,8 @@ on an Intel Xeon and was the slowest of them in the step.
 Products of fewer than 2^18 multiply-adds take the fixed rules (a kernel's
 fixed cost is most of their time); up to ``products.SUMMED_PRODUCT_LIMIT``,
 MAX's matmul is not among the timed forms, since there a graph may build it
-as a summed product for compile time's sake. The setting
+as a summed product for compile time's sake; where that leaves one form, it
+is timed against that sum (``summed``). The setting
 ``product_strategy`` (``TORCH_MAX_BACKEND_PRODUCT_STRATEGY``) overrides:
 ``"auto"`` (measure, the default), ``"rule"`` (the fixed rules, no timing),
 or one strategy's name for every product it fits.
@@ -69,6 +70,9 @@ MIN_TIMED_WORK = 1 << 18
 VENDOR = "vendor"
 # The vendor BLAS over a weight packed once (packed_products.py).
 PACKED = "vendor_packed"
+# Not a strategy: the timing form of what "matmul" builds up to
+# SUMMED_PRODUCT_LIMIT multiply-adds, a sum.
+SUMMED = "summed"
 # Forms a machine's files (the vendor library) build.
 _VENDOR_FORMS = frozenset({VENDOR, PACKED})
 # Forms only product_strategy names. Our tiled kernel runs a product alone
@@ -239,7 +243,16 @@ def choose_by_measurement(
         if work <= SUMMED_PRODUCT_LIMIT:
             # Such a "matmul" may be built as a summed product, whose speed the
             # timing graph (MAX's matmul) does not tell.
-            names = [name for name in names if name != "matmul"]
+            others = [name for name in names if name != "matmul"]
+            if len(others) == 1 and "matmul" in names:
+                # One form beside "matmul" (the vendor's, at many rows), which
+                # such a graph builds as a sum, or as MAX's matmul where it
+                # holds one anyway: that form is taken where it beats both.
+                # Untimed, a bfloat16 classifier head of 64x1024x10 took the
+                # sum, 4x slower than the vendor form (docs/benchmarks.md).
+                names = [*others, SUMMED, "matmul"]
+            else:
+                names = others
         if len(names) < 2:
             return fitting[0]
         # Only a product that is timed asks how its graph reads its weights.
@@ -250,6 +263,8 @@ def choose_by_measurement(
             if len(names) < 2:
                 return fitting[0]
         best = measured(shape, names)
+        if best == SUMMED:
+            best = "matmul"
         return by_name.get(best, fitting[0]) if best is not None else fitting[0]
 
     return choose
