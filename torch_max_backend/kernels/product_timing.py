@@ -105,12 +105,14 @@ def _row_sums(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
 
 def _summed(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
     # As lower/products.py builds a small product (which this room may not
-    # import): x[M, K, 1] * W[1, K, N] summed over K, in float32.
+    # import), in float32: x[M, 1, K] * W[1, N, K] summed along W's stored
+    # rows, or x[M, K, 1] * W[1, K, N] summed over K.
     dtype = x.dtype
     if dtype != DType.float32:
         x, w = ops.cast(x, DType.float32), ops.cast(w, DType.float32)
-    b = ops.transpose(w, 0, 1) if weight_nk else w
-    out = ops.squeeze(ops.sum(ops.unsqueeze(x, -1) * ops.unsqueeze(b, 0), axis=1), 1)
+    axis = -1 if weight_nk else 1
+    terms = ops.unsqueeze(x, 1 if weight_nk else -1) * ops.unsqueeze(w, 0)
+    out = ops.squeeze(ops.sum(terms, axis=axis), axis)
     return out if dtype == DType.float32 else ops.cast(out, dtype)
 
 

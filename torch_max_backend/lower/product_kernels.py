@@ -61,6 +61,12 @@ def _reads_stored_rows(weight: object) -> bool:
     return stored_rows(weight) is not None
 
 
+def reads_stored_rows(node: torch.fx.Node) -> bool:
+    """Whether mm or addmm ``node``'s right operand reads a weight stored
+    [N, K] (a Linear's)."""
+    return _reads_stored_rows(_operands(node)[1])
+
+
 def one_row_times_stored_rows(node: torch.fx.Node) -> str | None:
     """One float32 row times a weight stored [N, K] and read transposed (a Linear in decode)."""
     row, weight = _operands(node)

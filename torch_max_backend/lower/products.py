@@ -134,12 +134,19 @@ def _empty(a: TensorValue, b: TensorValue, shape: list[int]) -> TensorValue:
     return ops.broadcast_to(index_along(source, axis, slice(0, 1)), shape)
 
 
-def product(a: TensorValue, b: TensorValue) -> TensorValue:
+def product(
+    a: TensorValue, b: TensorValue, *, stored_rows: bool = False
+) -> TensorValue:
     """``a`` [..., M, K] times ``b`` [..., K, N], batch dims broadcast, as
     ops.matmul takes them; zeros where K is 0 (MAX's kernel then leaves its
     output unwritten and skips an epilogue fused into it, where eager sums
-    nothing); a sum when small, on the CPU, in a graph that allows it."""
-    return _product(a, list(b.shape), lambda: b, None)
+    nothing); a sum when small, on the CPU, in a graph that allows it.
+    ``stored_rows``: ``b`` is the 2-d transposed view of a weight stored
+    [N, K] (a Linear's), whose rows a sum then reads where they lie:
+    reducing the view's non-inner K took a 64x1024x10 product 291 us
+    against 88 (docs/benchmarks.md). A matmul is built as without it."""
+    rows = (lambda: ops.transpose(b, 0, 1)) if stored_rows and b.rank == 2 else None
+    return _product(a, list(b.shape), lambda: b, rows)
 
 
 def product_by_rows(a: TensorValue, rows: TensorValue) -> TensorValue:
@@ -148,14 +155,14 @@ def product_by_rows(a: TensorValue, rows: TensorValue) -> TensorValue:
     matmul is given the transpose (attention's scores: a decode step's copy
     of each layer's transposed key cache was a kernel of its own)."""
     shape = [*rows.shape[:-2], rows.shape[-1], rows.shape[-2]]
-    return _product(a, shape, lambda: ops.transpose(rows, -1, -2), rows)
+    return _product(a, shape, lambda: ops.transpose(rows, -1, -2), lambda: rows)
 
 
 def _product(
     a: TensorValue,
     b_shape: list[Dim],
     make_b: Callable[[], TensorValue],
-    rows: TensorValue | None,
+    make_rows: Callable[[], TensorValue] | None,
 ) -> TensorValue:
     if static_size(a.shape[-1]) == 0:
         zero = ops.constant(0, a.dtype, device=a.device)
@@ -168,7 +175,9 @@ def _product(
     size = None if sizes is None else math.prod(sizes[0]) * sizes[1]
     m = None if sizes is None else sizes[0][-2]
     if _as_sum(size, m, a.device):
-        return summed(a, make_b()) if rows is None else summed_along_rows(a, rows)
+        if make_rows is None:
+            return summed(a, make_b())
+        return summed_along_rows(a, make_rows())
     return matmul(a, make_b())
 
 

@@ -11,6 +11,7 @@ import torch
 from max.dtype import DType
 from max.graph import TensorValue, ops
 
+from ..context import current
 from ..kit import arg_tensor
 from ..opmath import accumulated
 from ..packed_products import packed_fits, packed_product
@@ -21,6 +22,7 @@ from ..product_kernels import (
     few_rows_times_weight,
     one_row_times_stored_rows,
     product_shape,
+    reads_stored_rows,
     row_times_stored_rows,
     streamed_fits,
     tiled_fits,
@@ -69,7 +71,7 @@ def _mm_by_streamed_kernel(self: TensorValue, mat2: TensorValue) -> TensorValue:
 
 def _mm(self: TensorValue, mat2: TensorValue) -> TensorValue:
     """mm(Tensor self, Tensor mat2) -> Tensor"""
-    return product(self, mat2)
+    return product(self, mat2, stored_rows=reads_stored_rows(current().node))
 
 
 def _mm_by_vendor(self: TensorValue, mat2: TensorValue) -> TensorValue:
@@ -195,7 +197,7 @@ addmm = lowering_strategies(
             "skinny", _addmm_by(few_rows_times_weight), few_rows_times_large_weight
         ),
         Strategy("streamed", _addmm_by(few_rows_streamed), streamed_fits),
-        Strategy("matmul", _addmm_by(product)),
+        Strategy("matmul", _addmm_by(_mm)),
         Strategy("vendor", _addmm_by(vendor_product, adds_bias=True), vendor_fits),
         Strategy(PACKED, _addmm_by(packed_product, adds_bias=True), packed_fits),
         Strategy("tiled", _addmm_by(tiled_product), tiled_fits),
