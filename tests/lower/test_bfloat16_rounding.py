@@ -91,3 +91,46 @@ def test_bfloat16_attention_and_batched_products_round_in_our_kernel(
         torch.testing.assert_close(g, w, rtol=8e-3, atol=1e-2)
     assert max_calls.count == 1
     assert graph_texts()[0].count(_KERNEL) == 2
+
+
+def _rounded_by_kernel(values: torch.Tensor, transposed: bool) -> torch.Tensor:
+    """``values`` (float32, 2-d) rounded by our kernel in a MAX graph of its
+    own, given as they are or transposed in the graph."""
+    from max.driver import CPU, Buffer
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef, Graph, TensorType, ops
+
+    from torch_max_backend.kernels.library import ROUNDING, custom
+
+    cpu = DeviceRef.CPU()
+    source = values.t().contiguous() if transposed else values
+    with Graph(
+        f"rounding_{'t' if transposed else 'dense'}_{values.shape[0]}x{values.shape[1]}",
+        input_types=[TensorType(DType.float32, list(source.shape), cpu)],
+    ) as graph:
+        x = graph.inputs[0].tensor
+        read = ops.transpose(x, 0, 1) if transposed else x
+        (out,) = custom(
+            ROUNDING,
+            _KERNEL,
+            [read],
+            [TensorType(DType.bfloat16, list(values.shape), cpu)],
+            cpu,
+        )
+        graph.output(out)
+    model = InferenceSession(devices=[CPU()]).load(graph)
+    (result,) = model._execute_device_tensors([Buffer.from_dlpack(source)])
+    return torch.from_dlpack(result).clone()
+
+
+def test_the_kernel_rounds_shared_runs_tails_and_transposes_as_torch():
+    """One core's run below 2^18 values, the cores' shares from it (a count
+    that is no multiple of 16: each share's tail), and a transposed input."""
+    for shape, transposed in (((5, 52433), False), ((64, 264), True)):
+        values = _values(shape, 5).float() * 1.0001
+        values.view(-1)[6:9] = torch.tensor([1.00390625, 1.01171875, -3.0e38])
+        got = _rounded_by_kernel(values, transposed)
+        torch.testing.assert_close(
+            got, values.to(torch.bfloat16), rtol=0, atol=0, equal_nan=True
+        )
