@@ -17,7 +17,7 @@ comptime _WIDTH = 16
 # Dense values from which the cores share the work. Below it one task runs
 # them all: MAX's elementwise loop (`foreach`) split even 16384 values
 # between the cores, and a rounding of 16384 to 196608 values then took
-# 20-37 us longer than one core's loop; at 524288 the split leads by 10 %
+# 20-37 us longer than one core's loop; at 524288 the split leads by 7 %
 # (8 roundings in one graph, a 2-core Intel Xeon, docs/benchmarks.md).
 comptime _SHARED_FROM = 1 << 18
 
