@@ -50,21 +50,14 @@ from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 
 from .. import logs
 from ..dtypes import dtype_name, to_max_dtype
+from ..settings import PRODUCT_STRATEGIES
 from ..storage.product_choices import last_level_cache_bytes
 from .library import SHIPPED, STREAMED, TILED, MojoLibrary, custom
 from .vendor_blas import VENDOR_KERNELS, no_bias, vendor_blas
 from .weight_packing import PackSpec, pack_weight, parts_for
 
-FORMS = (
-    "row_sums",
-    "skinny",
-    "matmul",
-    "vendor",
-    "tiled",
-    "streamed",
-    "vendor_packed",
-    "summed",
-)
+# Each product strategy's form, and the sum "matmul" builds for small products.
+FORMS = (*(s for s in PRODUCT_STRATEGIES if s not in ("auto", "rule")), "summed")
 # Rounds at least, and the time they may take together, per shape.
 _MIN_ROUNDS = 5
 _BUDGET_S = 0.5
