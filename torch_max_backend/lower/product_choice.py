@@ -27,7 +27,8 @@ Products of fewer than 2^18 multiply-adds take the fixed rules (a kernel's
 fixed cost is most of their time); up to ``products.SUMMED_PRODUCT_LIMIT``,
 MAX's matmul is not among the timed forms, since there a graph may build it
 as a summed product for compile time's sake; where that leaves one form, it
-is timed against that sum (``summed``). The setting
+is timed against both that sum (``summed``) and MAX's matmul, and taken only
+where it beats both. The setting
 ``product_strategy`` (``TORCH_MAX_BACKEND_PRODUCT_STRATEGY``) overrides:
 ``"auto"`` (measure, the default), ``"rule"`` (the fixed rules, no timing),
 or one strategy's name for every product it fits.
