@@ -74,3 +74,14 @@ def fill_sums[dtype: DType](
         var row = sums.unsafe_offset(i * cols)
         for j in range(cols):
             row.unsafe_offset(j).unsafe_store(bias.unsafe_offset(j).unsafe_load().cast[DType.float32]())
+
+
+def bias_beta(count: Int, stride: Int, n_len: Int, kernel: StaticString) raises -> Float32:
+    """MKL's beta for a bias operand of `count` values a `stride` apart: 1,
+    the bias starting the sums and the product added onto it, or 0 for an
+    empty one (no bias). Anything but N dense values is refused."""
+    if count == 0:
+        return 0.0
+    if count != n_len or stride != 1:
+        raise Error(String(kernel) + ": a bias of N dense values")
+    return 1.0

@@ -16,7 +16,7 @@ from std.math import ceildiv
 from std.memory.alloc import unsafe_alloc
 from std.sys.info import num_physical_cores
 
-from .rounded_rows import fill_rows, fill_sums, store_rounded
+from .rounded_rows import bias_beta, fill_rows, fill_sums, store_rounded
 
 comptime _ROW_MAJOR: c_int = 101
 comptime _NO_TRANS: c_int = 111
@@ -59,12 +59,9 @@ struct VendorMatmul:
         var n_len = output.dim_size(1)
         if m_len == 0 or n_len == 0:
             return
-        var has_bias = bias.dim_size(0) != 0
-        if has_bias and (bias.dim_size(0) != n_len or bias.strides()[0] != 1):
-            raise Error("torch_max_backend_vendor_matmul: a bias of N dense values")
+        var beta = bias_beta(bias.dim_size(0), bias.strides()[0], n_len, "torch_max_backend_vendor_matmul")
+        var has_bias = beta != 0.0
         var d = bias.unsafe_ptr()
-        # The bias starts the sums (beta 1): the product adds onto it.
-        var beta = Float32(1.0) if has_bias else Float32(0.0)
         if k_len == 0:
             # An empty sum, the bias alone; BLAS refuses a leading dimension of 0.
             if has_bias:

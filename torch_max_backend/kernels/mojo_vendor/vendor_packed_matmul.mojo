@@ -18,7 +18,7 @@ from std.ffi import OwnedDLHandle, c_int, c_size_t
 from std.math import ceildiv
 from std.memory.alloc import unsafe_alloc
 
-from .rounded_rows import fill_rows, fill_sums, store_rounded
+from .rounded_rows import bias_beta, fill_rows, fill_sums, store_rounded
 
 comptime _ROW_MAJOR: c_int = 101
 comptime _NO_TRANS: c_int = 111
@@ -72,12 +72,9 @@ struct VendorPackedMatmul:
             return
         if output.strides()[1] != 1 or output.strides()[0] != n_len:
             raise Error("torch_max_backend_vendor_packed_matmul: output not dense")
-        var has_bias = bias.dim_size(0) != 0
-        if has_bias and (bias.dim_size(0) != n_len or bias.strides()[0] != 1):
-            raise Error("torch_max_backend_vendor_packed_matmul: a bias of N dense values")
+        var beta = bias_beta(bias.dim_size(0), bias.strides()[0], n_len, "torch_max_backend_vendor_packed_matmul")
+        var has_bias = beta != 0.0
         var d = bias.unsafe_ptr()
-        # The bias starts the sums (beta 1): the product adds onto it.
-        var beta = Float32(1.0) if has_bias else Float32(0.0)
         # x may reach the kernel as a view (MAX folds a transpose into it).
         var xs = x.strides()
         var trans_a = _NO_TRANS
