@@ -328,3 +328,13 @@ def test_a_docs_section_names_the_command_that_reproduces_it(monkeypatch):
     # Without arguments given, this process's own.
     monkeypatch.setattr("sys.argv", ["decode.py", "--docs", "--json", "/tmp/x.json"])
     assert command_line("benchmarks.decode") == "python -m benchmarks.decode --docs"
+
+
+def test_memory_formats_times_both_forms_of_one_model():
+    from benchmarks import memory_formats
+
+    ms = memory_formats.measure("tiny", "eager", rounds=2, calls=2)
+    assert set(ms) == {"contiguous", "channels_last"}
+    assert all(t > 0 for t in ms.values())
+    with pytest.raises(SystemExit, match="unknown model 'vgg'"):
+        memory_formats.measure("vgg", "eager", rounds=1, calls=1)

@@ -1,0 +1,94 @@
+"""A conv net left contiguous and converted to channels-last, in one process.
+
+    python -m benchmarks.memory_formats [--model resnet18] [--backends eager,max]
+
+``model.to(memory_format=torch.channels_last)`` with channels-last images is
+a common recipe for CPU inference. Each backend compiles both forms of the
+model in one process; their calls then alternate in blocks (the order
+turning each round), so that the machine's drift slows both alike. Printed:
+the median ms a call of each form, and that the outputs match eager's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from benchmarks import zoo
+
+FORMS = ("contiguous", "channels_last")
+
+
+def _model(name: str) -> tuple[nn.Module, torch.Tensor]:
+    if name == "resnet18":
+        model, (x,) = zoo.resnet18(batch=1, size=224)
+        return model, x
+    if name == "tiny":  # the tests'
+        model = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.Conv2d(8, 4, 1),
+        )
+        return model, torch.randn(1, 3, 8, 8)
+    raise SystemExit(f"unknown model {name!r}; choose resnet18 or tiny")
+
+
+def measure(name: str, backend: str, rounds: int, calls: int) -> dict[str, float]:
+    """Median ms a call of each form under ``backend``; raises if an output
+    differs from eager's."""
+    torch.manual_seed(0)
+    model, x = _model(name)
+    model.eval()
+    last = copy.deepcopy(model).to(memory_format=torch.channels_last)
+    forms = {
+        "contiguous": (model, x),
+        "channels_last": (last, x.contiguous(memory_format=torch.channels_last)),
+    }
+    runs = {}
+    with torch.no_grad():
+        expected = model(x)
+        for form, (module, inp) in forms.items():
+            fn = (
+                module if backend == "eager" else torch.compile(module, backend=backend)
+            )
+            torch.testing.assert_close(fn(inp), expected, rtol=1e-4, atol=1e-4)
+            runs[form] = (fn, inp)
+        if backend == "max":
+            from torch_max_backend import wait_compiled
+
+            wait_compiled()
+        times: dict[str, list[float]] = {form: [] for form in FORMS}
+        for r in range(rounds):
+            for form in FORMS if r % 2 == 0 else FORMS[::-1]:
+                fn, inp = runs[form]
+                fn(inp)
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn(inp)
+                times[form].append((time.perf_counter() - start) / calls * 1e3)
+    return {form: statistics.median(t) for form, t in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--backends", default="eager,max")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=10)
+    args = parser.parse_args()
+    for backend in args.backends.split(","):
+        ms = measure(args.model, backend, args.rounds, args.calls)
+        print(
+            f"{args.model} {backend}: contiguous {ms['contiguous']:.2f} ms, "
+            f"channels-last {ms['channels_last']:.2f} ms (outputs match eager)"
+        )
+
+
+if __name__ == "__main__":
+    main()
