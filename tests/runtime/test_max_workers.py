@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import pytest
 import torch
@@ -24,6 +23,17 @@ pytestmark = pytest.mark.skipif(
 
 def _nice(tid: int) -> int:
     return os.getpriority(os.PRIO_PROCESS, tid)
+
+
+class _Clock:
+    """A perf_counter that moves only when an execute says how long it took:
+    a sleep of 2.5 ms ran past 5 ms on a busy 2-core machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
 
 
 def test_workers_rest_after_a_long_execute_and_wake_for_the_next(
@@ -81,16 +91,19 @@ def test_workers_stay_awake_while_another_execute_is_in_flight(monkeypatch, max_
     assert all(_nice(tid) == max_workers.RESTING_NICE for tid, _ in workers)
 
 
-def test_a_short_execute_leaves_the_workers_awake():
+def test_a_short_execute_leaves_the_workers_awake(monkeypatch):
     if not max_workers.may_raise_priority():
         pytest.skip("this process may not raise a thread's priority back")
+    monkeypatch.setattr(max_workers, "time", _Clock())  # no time passes
     # Any execute wakes them; one under REST_AFTER_S does not put them back.
     assert max_workers.run(lambda inputs: inputs, [1]) == [1]
     for tid, own in max_workers.workers():
         assert _nice(tid) == own
 
 
-def test_an_execute_of_a_few_milliseconds_leaves_the_workers_awake(max_calls):
+def test_an_execute_of_a_few_milliseconds_leaves_the_workers_awake(
+    max_calls, monkeypatch
+):
     """A small model's forward or training step (executes of 1-2.5 ms, called
     back to back) ran 3-7 % slower with its workers rested after each: only
     executes of REST_AFTER_S or more rest them."""
@@ -100,10 +113,12 @@ def test_an_execute_of_a_few_milliseconds_leaves_the_workers_awake(max_calls):
     torch.testing.assert_close(
         torch.compile(simple_math, backend=max_backend)(x, y), x + y * 2
     )
+    clock = _Clock()
+    monkeypatch.setattr(max_workers, "time", clock)
 
     def lasting(seconds: float):
         def execute(inputs):
-            time.sleep(seconds)
+            clock.now += seconds
             return inputs
 
         return execute
