@@ -184,3 +184,23 @@ def test_a_kernel_source_is_named_by_its_content_not_its_place(tmp_path):
     same, other, edited = ops
     assert same.name == other.name and same.digest() == other.digest()
     assert edited.name != same.name and edited.name.startswith("mojo_moved_")
+
+
+def test_every_shipped_kernel_library_is_package_data():
+    # A library missing from pyproject.toml's package data works in a
+    # checkout and fails in every installed wheel, where its sources are
+    # absent: each directory of Mojo sources the package holds is listed.
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with open(root / "pyproject.toml", "rb") as f:
+        listed = set(
+            tomllib.load(f)["tool"]["setuptools"]["package-data"]["torch_max_backend"]
+        )
+    package = root / "torch_max_backend"
+    folders = {f.parent for f in package.rglob("*.mojo")}
+    assert len(folders) >= 10
+    for folder in folders:
+        pattern = f"{folder.relative_to(package).as_posix()}/*.mojo"
+        assert pattern in listed, f"add {pattern!r} to the package data"

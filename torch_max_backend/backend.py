@@ -30,6 +30,7 @@ from .lower.builder import (
 from .lower.conv_choice import set_conv_strategy
 from .lower.families import register_families
 from .lower.packed_products import mark_frozen
+from .lower.passes import without_unread_saves
 from .lower.product_choice import set_product_strategy
 from .lower.registry import decomposition_table
 from .pipeline.background import Finish, compile_in_background, compiled_together
@@ -237,6 +238,8 @@ def _checked_partition(
     # compiles, so that one error lists every unsupported op of the step.
     if strict:
         check_supported([joint])
+    # Nothing the backward does not read is saved for it (lower/passes/joint_saves.py).
+    without_unread_saves(joint)
     # The min-cut partitioner saves weights, not their transposes, for the
     # backward pass and recomputes cheap ops there: a forward graph that returned
     # each transposed weight made MAX write it out at every step (MLP training

@@ -261,3 +261,8 @@ ROUNDING = MojoLibrary(
 GROUPED = MojoLibrary(
     "torch_max_backend_grouped", Path(__file__).parent / "mojo_grouped"
 )
+# 2-d max pooling with indices and its backward on the CPU: likewise a library
+# of its own.
+POOLING = MojoLibrary(
+    "torch_max_backend_pooling", Path(__file__).parent / "mojo_pooling"
+)

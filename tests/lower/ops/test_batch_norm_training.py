@@ -8,6 +8,8 @@ running statistics the step updated.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.nn.functional as F
 
@@ -47,11 +49,29 @@ class BatchNormNet(torch.nn.Module):
         return (h * h).mean() + r.pow(2).mean() + (s * s.detach()).mean()
 
 
-def test_batch_norm_training_step_matches_eager(max_calls, graph_texts):
+def test_batch_norm_training_step_matches_eager(max_calls, built_graphs, graph_texts):
     torch.manual_seed(0)
     x = torch.randn(2, 3, 9, 9) * 3 + 1
     check_training_step(BatchNormNet(), x, torch.randn(5, 20), torch.randn(3, 4, 7))
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+    # The backward never reads the running statistics the forward updated,
+    # so the forward does not save them for it (lower/passes/joint_saves.py):
+    # it returns the loss and the backward's own inputs, no running vector.
+    (forward_gm, _), (backward_gm, _) = built_graphs
+    backward_ops = [
+        n for n in backward_gm.graph.nodes if "batch_norm_backward" in str(n.target)
+    ]
+    assert len(backward_ops) == 5
+    assert all(n.args[3] is None and n.args[4] is None for n in backward_ops)
+    running = {
+        n.name
+        for n in forward_gm.graph.nodes
+        if n.target is operator.getitem
+        and "batch_norm" in str(n.args[0].target)
+        and n.args[1] in (3, 4)
+    }
+    saved = {n.name for n in backward_gm.graph.nodes if n.op == "placeholder"}
+    assert len(running) == 10 and not running & saved
     forward, backward = graph_texts()
     # Each of the five batch norms: one statistics kernel, one backward
     # kernel, and no reductions of MAX's own in its place: the forward's

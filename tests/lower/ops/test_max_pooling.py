@@ -1,4 +1,5 @@
-"""Max pooling: the family's build check, and adaptive max pooling over
+"""Max pooling: the family's build check, 2-d pooling with indices by our
+kernel (values, indices and the gradient), and adaptive max pooling over
 global, evenly dividing and uneven windows, with its gradient.
 
 Numerics are compared with eager PyTorch by the OpInfo sweep (tests/opinfo);
@@ -51,3 +52,38 @@ def test_adaptive_max_pooling_matches_eager(max_calls):
     got[0].backward()
     torch.testing.assert_close(x_max.grad, x_eager.grad, equal_nan=True)
     assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+
+
+def test_max_pooling_with_indices_by_our_kernel(max_calls, graph_texts):
+    # A training step's 2-d pooling keeps its indices for the backward: on
+    # the CPU our kernel computes values and indices in one pass (channels
+    # not a multiple of a vector: 13; ties after rounding, where the first
+    # maximum wins; a NaN over any number; a window of -inf at its first
+    # position; padding, strides, dilation, unbatched input), and its
+    # backward adds overlapping windows' gradients in torch's order.
+    def fn(x):
+        pooled, where = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+        dilated, dilated_where = F.max_pool2d(
+            x, (2, 3), (1, 2), 1, (2, 1), return_indices=True
+        )
+        single, single_where = F.max_pool2d(x[1], 2, 1, return_indices=True)
+        loss = (pooled * pooled.detach().cos()).sum() + dilated.sum() * 2
+        loss = loss + single.square().sum()
+        return loss, pooled, where, dilated_where, single_where
+
+    torch.manual_seed(0)
+    x = (torch.randn(2, 13, 9, 11) * 2).round()
+    x[0, 1, 2, 5] = float("nan")
+    x[1, 4, :3, :3] = float("-inf")
+    x_eager, x_max = x.clone().requires_grad_(), x.clone().requires_grad_()
+    compiled = torch.compile(fn, backend=max_backend, options={"strict": True})
+
+    want, got = fn(x_eager), compiled(x_max)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    want[0].backward()
+    got[0].backward()
+    torch.testing.assert_close(x_max.grad, x_eager.grad, equal_nan=True)
+    assert max_calls.of("forward") == 1 and max_calls.of("backward") == 1
+    forward, backward = graph_texts()
+    assert forward.count('"torch_max_backend_max_pool2d"') == 3
+    assert backward.count('"torch_max_backend_max_pool2d_backward"') == 3

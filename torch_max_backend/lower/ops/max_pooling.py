@@ -1,10 +1,12 @@
 """Max pooling over 1, 2 and 3 spatial dims.
 
 Plain 2-d max pooling (floor mode, indices unused) runs on MAX's NHWC
-pooling kernel, with NaNs put back, which MAX's kernel skips; the rest
-gathers windows through a table of input positions (``lower/windows.py``),
-so values and indices are torch's exactly: the first maximum in window
-order, or the last NaN.
+pooling kernel, with NaNs put back, which MAX's kernel skips. With its
+indices (a training step's) on the CPU it runs on our kernel
+(kernels/mojo_pooling), which returns them too. The rest gathers windows
+through a table of input positions (``lower/windows.py``). Values and
+indices are torch's exactly: the first maximum in window order, or the last
+NaN.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from max.dtype import DType
-from max.graph import Dim, TensorValue, ops
+from max.graph import Dim, TensorType, TensorValue, ops
 
 from ...dtypes import to_torch_dtype
+from ...kernels.library import POOLING, custom
 from ..context import current
 from ..kit import arg_meta, node_arg
 from ..registry import SupportsFn, lowering
@@ -136,8 +139,17 @@ def max_pool2d_with_indices(
     pads = expand(padding, 2, (0,))
     dilations = expand(dilation, 2, (1,))
     # MAX's kernel is faster but has no indices, and its ceil mode is not
-    # checked against torch's rule: only floor-mode values go there.
-    if ceil_mode or indices_used(current().node):
+    # checked against torch's rule: only floor-mode values go there. With
+    # indices, floor-mode float pooling on the CPU is our kernel's.
+    with_indices = indices_used(current().node)
+    if (
+        with_indices
+        and not ceil_mode
+        and self.dtype.is_float()
+        and self.device.is_cpu()
+    ):
+        return _pooled_with_indices(self, kernel, strides, pads, dilations)
+    if ceil_mode or with_indices:
         return max_pool_nd(self, kernel, strides, pads, dilations)
     x, unbatched = batched(self)
 
@@ -163,6 +175,48 @@ def max_pool2d_with_indices(
         out = ops.squeeze(out, 0)
     # Nothing reads the indices (checked above), so no value stands for them.
     return out, out
+
+
+def _pooled_with_indices(
+    self: TensorValue,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> tuple[TensorValue, TensorValue]:
+    """Floor-mode 2-d max pooling of a float tensor on the CPU by our kernel:
+    the windows read channels-last, the values kept as the result's
+    channels-last twin, the indices written channels-first."""
+    x, unbatched = batched(self)
+    twins = current().twins
+    nhwc = twins.channels_last(x)
+    n, c = nhwc.shape[0], nhwc.shape[3]
+    out_h, out_w = out_spatial(2)
+    device = current().device
+    values, indices = custom(
+        POOLING,
+        "torch_max_backend_max_pool2d",
+        [nhwc],
+        [
+            TensorType(x.dtype, [n, out_h, out_w, c], device),
+            TensorType(DType.int64, [n, c, out_h, out_w], device),
+        ],
+        device,
+        parameters={
+            "kh": kernel[0],
+            "kw": kernel[1],
+            "sh": stride[0],
+            "sw": stride[1],
+            "ph": padding[0],
+            "pw": padding[1],
+            "dh": dilation[0],
+            "dw": dilation[1],
+        },
+    )
+    out = twins.channels_first(values)
+    if unbatched:
+        return ops.squeeze(out, 0), ops.squeeze(indices, 0)
+    return out, indices
 
 
 @lowering(aten.max_pool3d_with_indices.default, supports=_max_pool_supported(3))

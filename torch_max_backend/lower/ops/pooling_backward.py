@@ -2,7 +2,8 @@
 
 Max pooling sends each output's gradient to the input position its index names:
 a scatter-add into zeros (windows may overlap, so positions can collect several
-gradients). Average pooling is linear and separable (see ``pooling``): its
+gradients); 2-d float32 pooling on the CPU by our kernel (kernels/mojo_pooling),
+plane by plane in torch's order. Average pooling is linear and separable (see ``pooling``): its
 gradient divides by torch's divisor, then maps each spatial dim back through
 the transposed 0/1 window matrix of the forward.
 """
@@ -14,8 +15,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from max.graph import TensorValue, ops
+from max.dtype import DType
+from max.graph import TensorType, TensorValue, ops
 
+from ...kernels.library import POOLING, custom
 from ..context import current
 from ..kit import all_of
 from ..registry import lowering
@@ -42,6 +45,8 @@ aten = torch.ops.aten
 def _max_pool_backward(
     grad_output: TensorValue, self: TensorValue, indices: TensorValue, n: int
 ) -> TensorValue:
+    if n == 2 and _by_kernel(grad_output, self):
+        return _planes_backward(grad_output, self, indices)
     sizes = [static_size(d) for d in self.shape]
     assert all(s is not None for s in sizes)  # guaranteed by the check
     rows = math.prod(s for s in sizes[:-n] if s is not None)
@@ -68,6 +73,34 @@ def _max_pool_backward(
         if summed.dtype == grad_output.dtype
         else ops.cast(summed, grad_output.dtype)
     )
+
+
+def _by_kernel(grad_output: TensorValue, self: TensorValue) -> bool:
+    """Whether our kernel takes this backward: float32 on the CPU (torch sums
+    half-precision gradients in their own precision, our kernel in float32)."""
+    return (
+        grad_output.dtype == DType.float32
+        and self.dtype == DType.float32
+        and grad_output.device.is_cpu()
+    )
+
+
+def _planes_backward(
+    grad_output: TensorValue, self: TensorValue, indices: TensorValue
+) -> TensorValue:
+    unbatched = self.rank == 3
+    if unbatched:
+        grad_output, indices = ops.unsqueeze(grad_output, 0), ops.unsqueeze(indices, 0)
+    shape = [1, *self.shape] if unbatched else list(self.shape)
+    device = current().device
+    (grad,) = custom(
+        POOLING,
+        "torch_max_backend_max_pool2d_backward",
+        [grad_output, indices],
+        [TensorType(self.dtype, shape, device)],
+        device,
+    )
+    return ops.squeeze(grad, 0) if unbatched else grad
 
 
 @lowering(aten.max_pool2d_with_indices_backward.default, supports=static_sizes)

@@ -30,6 +30,7 @@ from .findings import (
     SlotWrite,
 )
 from .folding import find_constants
+from .joint_saves import without_unread_saves
 from .mutations import find_mutations, writes_input
 from .optimizer_updates import find_optimizer_updates
 from .repeated_kv import find_repeated_kv
@@ -53,6 +54,7 @@ __all__ = [
     "SlotWrite",
     "analyzed",
     "rewritten",
+    "without_unread_saves",
     "writes_input",
 ]
 
