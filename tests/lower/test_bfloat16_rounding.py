@@ -130,6 +130,12 @@ def test_the_kernel_rounds_shared_runs_tails_and_transposes_as_torch():
     for shape, transposed in (((5, 52433), False), ((64, 264), True)):
         values = _values(shape, 5).float() * 1.0001
         values.view(-1)[6:9] = torch.tensor([1.00390625, 1.01171875, -3.0e38])
+        # NaNs whose payloads would carry into the sign and exponent when
+        # rounded as numbers (0x7FFFFFFF gave -0 while the kernel told NaNs
+        # by `v != v`, which MAX's fast-math flags folded to false).
+        values.view(torch.int32).view(-1)[9:13] = torch.tensor(
+            [0x7FFFFFFF, 0x7FBFFFFF, -1, 0x7F800001], dtype=torch.int32
+        )
         got = _rounded_by_kernel(values, transposed)
         torch.testing.assert_close(
             got, values.to(torch.bfloat16), rtol=0, atol=0, equal_nan=True

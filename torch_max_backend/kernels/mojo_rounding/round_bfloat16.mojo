@@ -29,9 +29,12 @@ def _rounded[width: Int](v: SIMD[DType.float32, width]) -> SIMD[DType.bfloat16, 
     # bits exactly when the dropped ones are over half, or half with an odd
     # kept part; infinities carry nothing.
     var nearest = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    # A NaN could carry into the exponent's sign: keep it a quiet NaN.
+    # A NaN could carry into the exponent's sign: keep it a quiet NaN. Told
+    # by its bits: MAX compiles kernels with fast-math flags, under which
+    # `v != v` was folded to false (0x7FFFFFFF rounded to -0).
     var quiet = (bits >> 16) | 0x40
-    return bitcast[DType.bfloat16, width](v.ne(v).select(quiet, nearest).cast[DType.uint16]())
+    var nan = (bits & 0x7FFFFFFF).gt(SIMD[DType.uint32, width](0x7F800000))
+    return bitcast[DType.bfloat16, width](nan.select(quiet, nearest).cast[DType.uint16]())
 
 
 def _round_run(

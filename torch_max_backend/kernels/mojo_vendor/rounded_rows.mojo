@@ -19,9 +19,11 @@ def _rounded[dtype: DType, width: Int](v: SIMD[DType.float32, width]) -> SIMD[dt
         # 16 bits exactly when the dropped ones are over half, or half with an
         # odd kept part; infinities carry nothing.
         var nearest = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        # A NaN could carry into the exponent's sign: keep it a quiet NaN.
+        # A NaN could carry into the exponent's sign: keep it a quiet NaN,
+        # told by its bits (under MAX's fast-math flags `v != v` was false).
         var quiet = (bits >> 16) | 0x40
-        return bitcast[dtype, width](v.ne(v).select(quiet, nearest).cast[DType.uint16]())
+        var nan = (bits & 0x7FFFFFFF).gt(SIMD[DType.uint32, width](0x7F800000))
+        return bitcast[dtype, width](nan.select(quiet, nearest).cast[DType.uint16]())
     else:
         return v.cast[dtype]()
 
