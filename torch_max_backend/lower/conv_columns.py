@@ -20,25 +20,9 @@ from .context import current
 from .opmath import accumulated
 from .products import product, product_by_rows
 from .shapes import SizeLike, static_size
+from .windows import window_parameters
 
 Pair = tuple[int, int]
-
-
-def _window_parameters(
-    kernel: Pair, stride: Pair, padding: Pair, dilation: Pair
-) -> dict[str, int]:
-    """The window kernels' compile-time parameters."""
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
-    return {
-        "kh": kh,
-        "kw": kw,
-        "sh": sh,
-        "sw": sw,
-        "ph": ph,
-        "pw": pw,
-        "dh": dh,
-        "dw": dw,
-    }
 
 
 def windows(
@@ -67,7 +51,7 @@ def windows(
         [TensorType(x.dtype, shape, device)],
         device,
         parameters={
-            **_window_parameters(kernel, stride, padding, dilation),
+            **window_parameters(kernel, stride, padding, dilation),
             "channels_last": channels_last,
             "batch_inner": batch_inner,
         },
@@ -136,7 +120,7 @@ def depthwise_weight_grad(
         [grad, input],
         [TensorType(grad.dtype, [grad.shape[1], 1, *kernel], device)],
         device,
-        parameters=_window_parameters(kernel, stride, padding, dilation),
+        parameters=window_parameters(kernel, stride, padding, dilation),
     )
     return weight_grad
 
@@ -176,7 +160,7 @@ def input_grad(
         second = ops.reshape(g, [out_channels, pixels])
     device = current().device
     parameters: dict[str, int | bool] = {"batch_inner": True}
-    parameters.update(_window_parameters((int(kh), int(kw)), stride, padding, dilation))
+    parameters.update(window_parameters((int(kh), int(kw)), stride, padding, dilation))
 
     def summed_back(first: TensorValue, second: TensorValue) -> TensorValue:
         windows_grad = product(first, second)

@@ -40,6 +40,27 @@ def expand(values: Sequence[int] | int, n: int, default: Sequence[int]) -> list[
     return list(values)
 
 
+def window_parameters(
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> dict[str, int]:
+    """A 2-d window's sizes as the window kernels' compile-time parameters
+    (im2col, col2im, max pooling with indices)."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    return {
+        "kh": kh,
+        "kw": kw,
+        "sh": sh,
+        "sw": sw,
+        "ph": ph,
+        "pw": pw,
+        "dh": dh,
+        "dw": dw,
+    }
+
+
 def static_sizes(node: torch.fx.Node) -> str | None:
     """Static sizes.
 

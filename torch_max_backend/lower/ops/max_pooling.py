@@ -34,6 +34,7 @@ from ..windows import (
     out_spatial,
     spatial,
     static_sizes,
+    window_parameters,
 )
 
 aten = torch.ops.aten
@@ -202,16 +203,7 @@ def _pooled_with_indices(
             TensorType(DType.int64, [n, c, out_h, out_w], device),
         ],
         device,
-        parameters={
-            "kh": kernel[0],
-            "kw": kernel[1],
-            "sh": stride[0],
-            "sw": stride[1],
-            "ph": padding[0],
-            "pw": padding[1],
-            "dh": dilation[0],
-            "dw": dilation[1],
-        },
+        parameters=window_parameters(kernel, stride, padding, dilation),
     )
     out = twins.channels_first(values)
     if unbatched:
