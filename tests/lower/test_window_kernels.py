@@ -1,6 +1,7 @@
-"""The shipped im2col and col2im kernels against torch's unfold and fold.
+"""The shipped im2col and col2im kernels, and the pixel windows of a
+channels-last image (kernels/mojo_windows), against torch's unfold and fold.
 
-Every path of the two kernels in one MAX graph (one compile): vector runs
+Every path of the kernels in one MAX graph (one compile): vector runs
 (rows of 16 values or more), a whole shifted plane ("same" padding, stride
 1), short rows value by value, strides, dilations, a channels-last input,
 both output layouts, and images whose windows read only padding in places.
@@ -16,7 +17,7 @@ from max import driver
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType
 
-from torch_max_backend.kernels.library import SHIPPED, custom
+from torch_max_backend.kernels.library import SHIPPED, WINDOWS, custom
 from torch_max_backend.runtime import session
 
 # name: (input [N, C, H, W], kernel, stride, padding, dilation)
@@ -106,6 +107,15 @@ def results() -> dict:
                     parameters={**params, "batch_inner": inner},
                 )
                 outputs.append(summed)
+            (pixels,) = custom(
+                WINDOWS,
+                "torch_max_backend_pixel_windows",
+                [image_last.tensor],
+                [TensorType(DType.float32, [n, *out, rows], cpu)],
+                cpu,
+                parameters=params,
+            )
+            outputs.append(pixels)
         graph.output(*outputs)
     model = session.session_for(torch.device("cpu")).load(graph)
     buffers = [driver.Buffer.from_numpy(t.numpy()) for t in inputs]
@@ -115,7 +125,7 @@ def results() -> dict:
         by_case[name] = (
             inputs[4 * index],
             inputs[4 * index + 2],
-            got[5 * index : 5 * index + 5],
+            got[6 * index : 6 * index + 6],
         )
     return by_case
 
@@ -146,3 +156,15 @@ def test_col2im_sums_windows_back_as_torch_fold(results, name):
     )
     torch.testing.assert_close(got[3], want)
     torch.testing.assert_close(got[4], want)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_pixel_windows_are_unfold_windows_a_pixel_a_row(results, name):
+    image, _, got = results[name]
+    kernel, stride, padding, dilation = CASES[name][1:]
+    want = _expected_windows(image, kernel, stride, padding, dilation)
+    n, channels = image.shape[:2]
+    out = want.shape[2:]
+    # [N, C, kh, kw, out_h, out_w] -> [N, out_h, out_w, kh, kw, C]
+    want = want.reshape(n, channels, kernel, kernel, *out).permute(0, 4, 5, 2, 3, 1)
+    torch.testing.assert_close(got[5], want.reshape(n, *out, -1), rtol=0, atol=0)

@@ -120,7 +120,8 @@ def export(
     # MAX's matmul kernel, the fastest call (lower/products.py).
     # A package may run on another machine: no vendor library path in it.
     with portable_products():
-        built = build_graph(gm, summed_products=False)
+        # The package's inputs are the model's as torch lays them out.
+        built = build_graph(gm, summed_products=False, channels_last_views=False)
     if any(slot.kind is not max_plan.OutputKind.GRAPH for slot in built.plan.outputs):
         raise MaxCompilerError(
             "export needs every output computed by the graph (an output that "

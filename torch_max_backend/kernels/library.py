@@ -266,3 +266,8 @@ GROUPED = MojoLibrary(
 POOLING = MojoLibrary(
     "torch_max_backend_pooling", Path(__file__).parent / "mojo_pooling"
 )
+# The windows of a channels-last image, a row each output pixel (convolutions
+# of channels-last filters): likewise a library of its own.
+WINDOWS = MojoLibrary(
+    "torch_max_backend_windows", Path(__file__).parent / "mojo_windows"
+)

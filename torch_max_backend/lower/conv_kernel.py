@@ -44,6 +44,16 @@ def tiled_conv_fits(node: torch.fx.Node) -> str | None:
     return None
 
 
+def rscf_filters(weight: TensorValue) -> TensorValue:
+    """A 2-d filter [O, C, kh, kw] as RSCF ([kh, kw, C, O]), the layout of
+    our kernel and MAX's conv2d: from its channels-last twin where it has one
+    (a channels-last model's filter, lower/conv_pixels.py)."""
+    twin = current().twins.twin(weight)
+    if twin is not None:
+        return ops.permute(twin, [1, 2, 3, 0])
+    return ops.permute(weight, [2, 3, 1, 0])
+
+
 def tiled_conv2d(
     input: TensorValue,
     weight: TensorValue,
@@ -61,7 +71,7 @@ def tiled_conv2d(
     image = twins.channels_last(input)
     if ph or pw:
         image = ops.pad(image, [0, 0, ph, ph, pw, pw, 0, 0])
-    filters = ops.permute(weight, [2, 3, 1, 0])  # RSCF: W [K, N] of the product
+    filters = rscf_filters(weight)  # W [K, N] of the product
     out = tiled_conv(image, filters, (sh, sw), (dh, dw))
     if bias is not None:
         out = ops.add(out, bias)

@@ -17,6 +17,9 @@ class InputKind(enum.Enum):
     # FX input ``index`` is a symbolic int used only as a number: a rank-0
     # int64 tensor carries its value
     NUMBER = "number"
+    # FX input ``index``, laid out channels-last, as its dense N, *spatial, C
+    # view (lower/builder/channels_last_inputs.py)
+    CHANNELS_LAST = "channels_last"
     # FX input ``index`` (a weight) packed by the vendor BLAS as ``packing``
     # says (kernels/weight_packing.py): a graph with frozen weights
     PACKED = "packed"

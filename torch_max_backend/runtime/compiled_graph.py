@@ -78,6 +78,19 @@ class _IntValue:
     index: int
 
 
+@dataclass(frozen=True, slots=True)
+class _ChannelsLast:
+    """Marks the MAX input that takes FX input ``index``, laid out
+    channels-last, as its dense N, *spatial, C view flattened past N: no
+    copy (lower/builder/channels_last_inputs.py)."""
+
+    index: int
+
+
+# The permutation from N, C, *spatial to N, *spatial, C, by rank.
+_TO_LAST = {4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
+
+
 class _CpuExport:
     """What MAX's ``Buffer._from_dlpack`` reads from a dense CPU tensor: the
     capsule torch's ``Tensor.__dlpack__`` would make (MAX asks for the
@@ -209,7 +222,10 @@ class CompiledGraph:
         buffers = []
         seen = self._seen
         for slot, item in enumerate(self._plan):
-            if item.__class__ is not int:
+            last = False
+            if item.__class__ is _ChannelsLast:
+                last, item = True, item.index
+            elif item.__class__ is not int:
                 if item.__class__ is _IntCarrier:
                     size = (args[item.index], 0)
                     item = as_buffer(
@@ -244,10 +260,18 @@ class CompiledGraph:
                 persistent = True  # second call in a row with this tensor
             else:
                 persistent = tensor.__class__ is torch.nn.Parameter
-            buffer = as_buffer(tensor)
+            if last:
+                # Dense, and its flat view no copy, unless the caller's
+                # tensor is laid out otherwise than traced: then copied.
+                laid = tensor.permute(_TO_LAST[tensor.dim()])
+                dense = laid.is_contiguous()
+                laid = laid.flatten(1)
+            else:
+                laid, dense = tensor, tensor.is_contiguous()
+            buffer = as_buffer(laid)
             if persistent and self._on_cpu:
                 huge_pages.request(tensor)
-            if tensor.is_contiguous():
+            if dense:
                 seen[slot] = (
                     weakref.ref(tensor),
                     tensor.data_ptr(),
@@ -361,6 +385,8 @@ def _input_item(
     kind, index = source.kind, source.index
     if kind is InputKind.FX_INPUT:
         return index
+    if kind is InputKind.CHANNELS_LAST:
+        return _ChannelsLast(index)
     if kind is InputKind.CONSTANT:
         huge_pages.request(constants[index])
         return as_buffer(constants[index])

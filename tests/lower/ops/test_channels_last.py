@@ -126,3 +126,62 @@ def test_dynamic_image_sizes_keep_the_im2col_kernel(max_calls, graph_texts):
     (text,) = graph_texts()
     assert text.count("rmo.conv(") == 1
     assert text.count('symbol = "torch_max_backend_im2col"') == 2
+
+
+class SmallMaps(torch.nn.Module):
+    """A 3x3 convolution over more than 16x16 pixels (our tiled kernel or
+    MAX's conv2d), then ones over fewer (windows and a product), strided and
+    dilated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.down = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False)
+        self.dilated = torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2)
+        self.bn.running_mean.uniform_(-1, 1)
+        self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.down(F.relu(self.bn(self.stem(x)))))
+        return self.dilated(h) + h
+
+
+def test_a_channels_last_model_is_read_as_it_lies(max_calls, built_graphs, monkeypatch):
+    # model.to(memory_format=torch.channels_last): the image and the 3x3
+    # filters are taken as they lie (no copy at the call), the small maps'
+    # windows written a pixel a row and multiplied by the filters as stored.
+    from torch_max_backend.plan import InputKind
+    from torch_max_backend.runtime import compiled_graph
+
+    torch.manual_seed(0)
+    model = SmallMaps().eval().to(memory_format=torch.channels_last)
+    copied = []
+    as_buffer = compiled_graph.as_buffer
+
+    def watched(tensor: torch.Tensor):
+        if not tensor.is_contiguous():
+            copied.append(tuple(tensor.shape))
+        return as_buffer(tensor)
+
+    monkeypatch.setattr(compiled_graph, "as_buffer", watched)
+    compiled = torch.compile(model, backend=max_backend, options={"strict": True})
+    with torch.no_grad():
+        for batch in (2, 3):
+            x = torch.randn(batch, 3, 20, 20).contiguous(
+                memory_format=torch.channels_last
+            )
+            if batch == 2:
+                torch._dynamo.mark_dynamic(x, 0)
+            got = compiled(x)
+            torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+            assert got.is_contiguous(memory_format=torch.channels_last)
+    assert max_calls.count == 2 and not copied, copied
+    ((_, built),) = built_graphs  # one graph: the batch is symbolic
+    kinds = [source.kind for source in built.plan.inputs]
+    assert kinds.count(InputKind.CHANNELS_LAST) == 4, kinds  # image, 3 filters
+    text = str(built.graph)
+    assert text.count('symbol = "torch_max_backend_pixel_windows"') == 2
+    assert "torch_max_backend_im2col" not in text
+    tiled = text.count(f'"{conv_kernel.KERNEL}"')
+    assert (text.count("rmo.conv("), tiled) == ((1, 0) if AVX512 else (0, 1))

@@ -59,18 +59,26 @@ def build_graph(
     gm: torch.fx.GraphModule,
     eager_layouts: CallerOutputs | None = None,
     summed_products: bool = True,
+    channels_last_views: bool = True,
 ) -> BuiltGraph:
     """The MAX graph of ``gm`` and its plan; raises for what cannot be lowered.
     Runs every FX pass on ``gm`` first (``rewritten``, then ``analyzed``).
     The outputs ``eager_layouts`` names (those reaching the caller as they
     are) keep eager's strides and aliasing (passes/eager_layouts.py);
-    ``summed_products`` lets small products be sums (lower/products.py)."""
+    ``summed_products`` lets small products be sums (lower/products.py);
+    ``channels_last_views`` lets channels-last inputs be taken as they lie
+    (channels_last_inputs.py)."""
     gm = rewritten(gm)
-    return build_analyzed(gm, analyzed(gm, eager_layouts), summed_products)
+    return build_analyzed(
+        gm, analyzed(gm, eager_layouts), summed_products, channels_last_views
+    )
 
 
 def build_analyzed(
-    gm: torch.fx.GraphModule, findings: GraphFindings, summed_products: bool = True
+    gm: torch.fx.GraphModule,
+    findings: GraphFindings,
+    summed_products: bool = True,
+    channels_last_views: bool = True,
 ) -> BuiltGraph:
     """``build_graph`` of a graph already ``rewritten``, whose passes' findings
     are ``findings`` (its ``analyzed``): the way of a graph whose passes ran
@@ -80,7 +88,7 @@ def build_analyzed(
 
     register_families()
     check_supported([gm])
-    plan = InputPlan(gm, findings)
+    plan = InputPlan(gm, findings, channels_last_views=channels_last_views)
     walk = NodeWalk(gm, plan, summed_products)
     built = walk.run()
     # Some lowering built index ranges from constants alone, which MAX would
@@ -92,7 +100,12 @@ def build_analyzed(
     mixed = walk.products.mixed
     if wants_origin or mixed:
         # The same findings: the passes ran once for this graph.
-        plan = InputPlan(gm, findings, index_origin=wants_origin)
+        plan = InputPlan(
+            gm,
+            findings,
+            index_origin=wants_origin,
+            channels_last_views=channels_last_views,
+        )
         sums = summed_products and not mixed
         walk = NodeWalk(gm, plan, summed_products=sums)
         built = walk.run()

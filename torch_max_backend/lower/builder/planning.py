@@ -27,6 +27,7 @@ from ..product_choice import PACKED
 from ..registry import draws_random, lifts_scalars
 from ..shapes import expression_dim, max_dim
 from .capability import lowering_of, strategy_of
+from .channels_last_inputs import as_taken, takes_channels_last
 from .int_inputs import (
     carrier_type,
     int_input_kind,
@@ -89,8 +90,13 @@ class InputPlan:
         gm: torch.fx.GraphModule,
         findings: GraphFindings,
         index_origin: bool = False,
+        channels_last_views: bool = True,
     ) -> None:
         self.gm = gm
+        # Channels-last inputs taken as such (channels_last_inputs.py): the
+        # FX input numbers so taken.
+        self.channels_last_views = channels_last_views
+        self.channels_last: set[int] = set()
         self.findings = findings
         self.device = graph_device(gm)
         self.device_ref: DeviceRef = to_device_ref(self.device)
@@ -213,14 +219,22 @@ class InputPlan:
         # Nodes no MAX op reads an input for: PyTorch's at planning, or our
         # optimizer kernels'.
         computed = self._kernel_nodes | self.findings.constants.folded
+        mutated = set(self.findings.mutations.mutated)
         for i, node in enumerate(self.placeholders):
             meta = node.meta.get("val")
             if isinstance(meta, torch.Tensor):
+                if (
+                    self.channels_last_views
+                    and node not in mutated
+                    and takes_channels_last(meta, self.device)
+                ):
+                    self.channels_last.add(i)
+                    source = InputSource(InputKind.CHANNELS_LAST, i)
+                    taken = as_taken(meta)
+                else:
+                    source, taken = InputSource(InputKind.FX_INPUT, i), meta
                 self.input_of[node] = self._add(
-                    InputSource(InputKind.FX_INPUT, i),
-                    meta,
-                    f"input {node.name}",
-                    mutable=node in self.buffered,
+                    source, taken, f"input {node.name}", mutable=node in self.buffered
                 )
                 for d, size in enumerate(meta.shape):
                     if isinstance(size, torch.SymInt) and isinstance(

@@ -32,6 +32,7 @@ from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
 from ..shapes import static_size
 from .capability import find_unsupported, lowering_of
+from .channels_last_inputs import channels_last_value
 from .flex_attention import lower_flex_attention
 from .higher_order import (
     COND,
@@ -285,6 +286,13 @@ class NodeWalk:
             if node in plan.buffered:
                 # Read before any store: MAX orders buffer ops in graph order.
                 return ops.buffer_load(value.buffer)
+            if (
+                plan.channels_last
+                and plan.placeholders.index(node) in plan.channels_last
+            ):
+                # Taken as N, *spatial, C (channels_last_inputs.py): its twin.
+                last = channels_last_value(value.tensor, meta)
+                return self.twins.channels_first(last)
             return value.tensor
         if isinstance(meta, torch.SymInt):
             return int_value(node, plan, lambda i: self._input(i).tensor)

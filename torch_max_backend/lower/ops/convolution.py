@@ -13,7 +13,8 @@ from max.graph.type import ConvInputLayout, FilterLayout
 from ..context import current
 from ..conv_choice import choose_conv
 from ..conv_columns import windows
-from ..conv_kernel import tiled_conv2d, tiled_conv_fits
+from ..conv_kernel import rscf_filters, tiled_conv2d, tiled_conv_fits
+from ..conv_pixels import conv2d_by_pixels
 from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
 from ..opmath import accumulated
 from ..products import product
@@ -103,6 +104,12 @@ def _conv2d_as_matmul(
     out_h = conv_out_size(_size_like(input.shape[2]), kh, sh, ph, dh)
     out_w = conv_out_size(_size_like(input.shape[3]), kw, sw, pw, dw)
     ctx = current()
+    filters = ctx.twins.twin(weight)
+    if filters is not None and isinstance(out_h, int) and isinstance(out_w, int):
+        # A channels-last filter, read as it is stored.
+        return conv2d_by_pixels(
+            input, filters, bias, (out_h, out_w), stride, padding, dilation
+        )
     # A channels-last twin is read as it is, instead of permuted back.
     twin = ctx.twins.twin(input)
     n = input.shape[0]
@@ -339,7 +346,7 @@ def direct_conv2d(
             filter_layout=FilterLayout.RSCF,
         )
 
-    image, filters = twins.channels_last(input), ops.permute(weight, [2, 3, 1, 0])
+    image, filters = twins.channels_last(input), rscf_filters(weight)
     out = accumulated(conv, image, filters, bias)
     return twins.channels_first(out)
 

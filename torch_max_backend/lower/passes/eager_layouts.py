@@ -24,7 +24,7 @@ import sympy
 import torch
 from torch._ops import OpOverload
 
-from ..shapes import storage_order
+from ..kit import size_hint
 from .findings import ALL_OUTPUTS, CallerOutputs, EagerLayout, GraphFindings, frozen_map
 
 __all__ = ["ALL_OUTPUTS", "CallerOutputs", "find_eager_layouts"]
@@ -85,16 +85,30 @@ def is_contiguous(meta: torch.Tensor) -> bool:
 
 
 def memory_order(meta: torch.Tensor) -> list[int] | None:
-    """The dimensions of a dense, static-shaped, non-contiguous ``meta`` from
-    the outermost in memory to the innermost (NHWC's [0, 2, 3, 1]), or None
-    where it is contiguous, has holes or overlaps, or sizes unknown until
-    run time."""
+    """The dimensions of a dense, non-contiguous ``meta`` from the outermost
+    in memory to the innermost (NHWC's [0, 2, 3, 1]), or None where it is
+    contiguous, empty, has holes or overlaps. Symbolic sizes and strides
+    (a dynamic batch) are ordered by the values they were traced with and
+    checked on their expressions, which adds no guard."""
     sizes, strides = meta.shape, meta.stride()
-    if not all(isinstance(s, int) for s in (*sizes, *strides)) or meta.numel() == 0:
+    size_hints = [size_hint(s) for s in sizes]
+    stride_hints = [size_hint(s) for s in strides]
+    if None in size_hints or None in stride_hints or 0 in size_hints:
         return None
     if is_contiguous(meta):
         return None
-    return storage_order(meta)
+    # Size-1 dims have any stride and no effect on the order: innermost.
+    order = sorted(
+        range(len(sizes)),
+        key=lambda d: -stride_hints[d] if size_hints[d] != 1 else 0,  # type: ignore[operator]
+    )
+    expected = sympy.Integer(1)
+    for d in reversed(order):
+        size = _expr(sizes[d])
+        if size != 1 and sympy.expand(_expr(strides[d]) - expected) != 0:
+            return None
+        expected = expected * size
+    return order
 
 
 def _eager_layout(item: object) -> EagerLayout | None:

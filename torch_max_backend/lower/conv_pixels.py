@@ -1,0 +1,76 @@
+"""Convolutions of channels-last filters on the CPU: each output pixel's
+window a row, times the filter as it is stored.
+
+A model converted with ``model.to(memory_format=torch.channels_last)`` holds
+its filters [O, C, kh, kw] in [O, kh, kw, C] memory, and the graph takes
+them as that channels-last view (lower/builder/channels_last_inputs.py): no
+copy at the call. Read as torch's [O, C * kh * kw] matrix, such a filter is
+a transpose MAX makes at every call, at its permute's few GB/s (ResNet-18's
+3x3 filters on its 14x14 and 7x7 maps, 10.5 M floats). Read as stored, it
+is an [O, kh * kw * C] matrix whose columns follow the windows' rows as our
+kernel writes them from the channels-last image (kernels/mojo_windows); the
+product [pixels, O] is the output channels-last, kept as its twin
+(lower/layout.py) for the next layer.
+"""
+
+from __future__ import annotations
+
+from max.graph import TensorType, TensorValue, ops
+
+from ..kernels.library import WINDOWS, custom
+from .context import current
+from .opmath import accumulated
+from .products import product_by_rows
+from .windows import window_parameters
+
+Pair = tuple[int, int]
+
+
+def pixel_windows(
+    image: TensorValue,
+    out_size: Pair,
+    kernel: Pair,
+    stride: Pair,
+    padding: Pair,
+    dilation: Pair,
+) -> TensorValue:
+    """The windows of ``image`` (N, H, W, C) as [N, out_h, out_w, kh * kw *
+    C], each output pixel's a row in (kernel row, kernel column, channel)
+    order."""
+    n, _, _, channels = image.shape
+    rows = int(channels) * kernel[0] * kernel[1]
+    device = current().device
+    (cols,) = custom(
+        WINDOWS,
+        "torch_max_backend_pixel_windows",
+        [image],
+        [TensorType(image.dtype, [n, *out_size, rows], device)],
+        device,
+        parameters=window_parameters(kernel, stride, padding, dilation),
+    )
+    return cols
+
+
+def conv2d_by_pixels(
+    input: TensorValue,
+    filters: TensorValue,
+    bias: TensorValue | None,
+    out_size: Pair,
+    stride: Pair,
+    padding: Pair,
+    dilation: Pair,
+) -> TensorValue:
+    """An ungrouped 2-d convolution of ``input`` (N, C, H, W) by ``filters``
+    given channels-last ([O, kh, kw, C]), returned as N, C, H, W with its
+    channels-last twin."""
+    out_channels, kh, kw, channels = (int(d) for d in filters.shape)
+    twins = current().twins
+    image = twins.channels_last(input)
+    cols = pixel_windows(image, out_size, (kh, kw), stride, padding, dilation)
+    n = image.shape[0]
+    pixels = ops.reshape(cols, [n * out_size[0] * out_size[1], kh * kw * channels])
+    matrix = ops.reshape(filters, [out_channels, kh * kw * channels])
+    out = accumulated(product_by_rows, pixels, matrix)
+    if bias is not None:
+        out = ops.add(out, bias)
+    return twins.channels_first(ops.reshape(out, [n, *out_size, out_channels]))
