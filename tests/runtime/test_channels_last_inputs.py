@@ -6,29 +6,27 @@ from __future__ import annotations
 
 import torch
 
-from torch_max_backend.lower.builder.channels_last_inputs import takes_channels_last
+from torch_max_backend.lower.layout import takes_channels_last
 from torch_max_backend.plan import GraphPlan, InputKind, InputSource
 from torch_max_backend.runtime.compiled_graph import CompiledGraph
-
-CPU = torch.device("cpu")
 
 
 def test_which_inputs_are_taken_channels_last():
     last = torch.randn(2, 3, 5, 4).contiguous(memory_format=torch.channels_last)
     volume = torch.randn(2, 3, 2, 5, 4).contiguous(memory_format=torch.channels_last_3d)
-    assert takes_channels_last(last, CPU)
-    assert takes_channels_last(volume, CPU)
-    assert not takes_channels_last(last, torch.device("cuda"))
-    assert not takes_channels_last(torch.randn(2, 3, 5, 4), CPU)  # contiguous
+    assert takes_channels_last(last)
+    assert takes_channels_last(volume)
+    assert not takes_channels_last(last.to("meta"))  # not on the CPU
+    assert not takes_channels_last(torch.randn(2, 3, 5, 4))  # contiguous
     # Both layouts at once (1x1 maps, one channel): already dense as it is.
     assert not takes_channels_last(
-        torch.randn(2, 3, 1, 1).contiguous(memory_format=torch.channels_last), CPU
+        torch.randn(2, 3, 1, 1).contiguous(memory_format=torch.channels_last)
     )
     assert not takes_channels_last(
-        torch.randn(2, 1, 5, 4).contiguous(memory_format=torch.channels_last), CPU
+        torch.randn(2, 1, 5, 4).contiguous(memory_format=torch.channels_last)
     )
-    assert not takes_channels_last(torch.randn(2, 3, 5, 4)[:, :, ::2], CPU)
-    assert not takes_channels_last(torch.randn(5, 4, 3).permute(2, 0, 1), CPU)
+    assert not takes_channels_last(torch.randn(2, 3, 5, 4)[:, :, ::2])
+    assert not takes_channels_last(torch.randn(5, 4, 3).permute(2, 0, 1))
 
 
 def _flat_last(tensor: torch.Tensor) -> torch.Tensor:

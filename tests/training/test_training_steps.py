@@ -133,6 +133,50 @@ def test_cnn_batch_norm_pooling_adam(max_calls):
     assert max_calls.of("backward") == STEPS
 
 
+def test_channels_last_cnn_trains_in_its_memory_order(max_calls, monkeypatch):
+    # model.to(memory_format=torch.channels_last): its filters, their
+    # gradients and AdamW's moments are read and written where they lie, at
+    # every graph of the step (no copy to torch's default layout and back),
+    # and the saved activations cross from forward to backward channels-last.
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(2)
+    batches = [
+        (
+            torch.randn(4, 3, 12, 12, generator=g).contiguous(
+                memory_format=torch.channels_last
+            ),
+            torch.randint(0, 5, (4,), generator=g),
+        )
+        for _ in range(STEPS)
+    ]
+    moved, written_as_taken = [], set()
+    original = CompiledGraph.__call__
+
+    def watched(graph: CompiledGraph, args: list) -> list:
+        if graph._channels_last & set(graph._mutated):
+            written_as_taken.add(graph.name)  # the optimizer's update
+        for index in graph._channels_last:
+            laid = args[index].permute(0, 2, 3, 1)
+            if not laid.is_contiguous():
+                moved.append((graph.name, index))
+        return original(graph, args)
+
+    monkeypatch.setattr(CompiledGraph, "__call__", watched)
+    got, eager = train_both(
+        SmallCNN().to(memory_format=torch.channels_last),
+        lambda params: torch.optim.AdamW(params, lr=1e-3),
+        lambda m, b: F.cross_entropy(m(b[0]), b[1]),
+        batches,
+    )
+    assert_same_training(got, eager)
+    assert not moved, moved
+    assert written_as_taken, "the update staged its channels-last parameters"
+    for p, q in zip(got.model.parameters(), eager.model.parameters(), strict=True):
+        assert p.grad.stride() == q.grad.stride()
+    assert max_calls.of("forward") == STEPS
+    assert max_calls.of("backward") == STEPS
+
+
 def _next_token_loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     # The loss from the logits rather than ``labels=``: transformers' loss
     # helper logs a warning that Dynamo breaks the graph on.

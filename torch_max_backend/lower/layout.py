@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from max.graph import Graph, TensorValue, ops
 
+from .kit import size_hint
 from .shapes import static_size
 
 
@@ -43,6 +44,42 @@ def permute_dims(x: TensorValue, perm: list[int]) -> TensorValue:
     if moved == sorted(moved):
         return ops.reshape(x, [x.shape[d] for d in perm])
     return ops.permute(x, perm)
+
+
+def _dense(sizes: list[int], strides: list[int]) -> bool:
+    """Whether ``strides`` are row-major ``sizes``' (a dim of size 1 may
+    have any stride)."""
+    expected = 1
+    for size, stride in zip(reversed(sizes), reversed(strides), strict=True):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def takes_channels_last(meta: torch.Tensor) -> bool:
+    """Whether a graph takes this input as its channels-last view
+    (builder/channels_last_inputs.py), and a training forward returns it so
+    when it saves it for the backward (passes/eager_layouts.py): a 4-d or
+    5-d CPU tensor traced channels-last and not contiguous, its sizes past
+    the batch static.
+
+    Read from the traced example (symbolic strides and batch by their
+    hints, no guard added): the graph's input is defined as the tensor's
+    channels-last permute whatever its layout at a call, which the call
+    path makes as a view where it is dense and copies where not.
+    (Dynamo makes strides symbolic once a frame meets a second layout.)"""
+    if meta.device.type != "cpu" or meta.dim() not in (4, 5):
+        return False
+    if not all(isinstance(s, int) for s in meta.shape[1:]):
+        return False
+    sizes = [size_hint(s) for s in meta.shape]
+    strides = [size_hint(s) for s in meta.stride()]
+    if None in sizes or None in strides:
+        return False
+    perm = to_last(meta.dim())
+    last = _dense([sizes[p] for p in perm], [strides[p] for p in perm])
+    return last and not _dense(sizes, strides)
 
 
 class ChannelsLastTwins:

@@ -87,8 +87,10 @@ class _ChannelsLast:
     index: int
 
 
-# The permutation from N, C, *spatial to N, *spatial, C, by rank.
+# The permutation from N, C, *spatial to N, *spatial, C, by rank, and the
+# memory format whose layout that permute makes dense.
 _TO_LAST = {4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
+_LAST_FORMAT = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
 class _CpuExport:
@@ -198,6 +200,9 @@ class CompiledGraph:
         ]
         # Inputs MAX writes in place; torch's version counters must see it.
         self._mutated = list(plan.mutated)
+        self._channels_last = {
+            s.index for s in plan.inputs if s.kind is InputKind.CHANNELS_LAST
+        }
         # (input, output) pairs: inputs whose new value MAX returns instead.
         self._written_back = list(plan.written_back)
         # Inputs the graph refuses as eager does (lower/checks.py).
@@ -371,7 +376,14 @@ class CompiledGraph:
         staged = []
         for index in self._mutated:
             tensor = args[index]
-            if not tensor.is_contiguous():
+            if index in self._channels_last:
+                # Taken as its channels-last view: staged where that is no
+                # view of its memory.
+                rank = tensor.dim()
+                if not tensor.permute(_TO_LAST[rank]).is_contiguous():
+                    staged.append((index, tensor))
+                    args[index] = tensor.contiguous(memory_format=_LAST_FORMAT[rank])
+            elif not tensor.is_contiguous():
                 staged.append((index, tensor))
                 args[index] = tensor.contiguous()
         return staged

@@ -12,51 +12,26 @@ back to N, C, *spatial with the N, *spatial, C input as its channels-last
 twin (lower/layout.py), so that convolutions, poolings and pointwise ops
 read it as it lies.
 
-CPU graphs only (the GPU path keeps the copy, untimed there), and not for an
-input the graph writes: MAX writes a buffer's memory as it is laid out.
+CPU graphs only (the GPU path keeps the copy, untimed there). An input the
+graph writes is taken so only where our optimizer kernel alone writes it,
+reading a gradient that is taken so too (``raw_updates``): the update is
+elementwise, so the parameter, its state and its gradient are read and
+written in their own memory order. Before, a channels-last model's
+parameters and AdamW moments were copied to contiguous memory and back at
+every step, and its gradients transposed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from max.graph import TensorValue, ops
 
-from ..kit import size_hint
-from ..layout import to_last
+from ..layout import takes_channels_last, to_last
+from ..passes import OptimizerUpdate
 
-
-def _dense(sizes: list[int], strides: list[int]) -> bool:
-    """Whether ``strides`` are row-major ``sizes``' (a dim of size 1 may
-    have any stride)."""
-    expected = 1
-    for size, stride in zip(reversed(sizes), reversed(strides), strict=True):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
-
-
-def takes_channels_last(meta: torch.Tensor, device: torch.device) -> bool:
-    """Whether the graph takes this input as its channels-last view: a 4-d
-    or 5-d CPU tensor traced channels-last and not contiguous, its sizes
-    past the batch static.
-
-    Read from the traced example (symbolic strides and batch by their
-    hints, no guard added): the graph's input is defined as the tensor's
-    channels-last permute whatever its layout at a call, which the call
-    path makes as a view where it is dense and copies where not.
-    (Dynamo makes strides symbolic once a frame meets a second layout.)"""
-    if device.type != "cpu" or meta.dim() not in (4, 5):
-        return False
-    if not all(isinstance(s, int) for s in meta.shape[1:]):
-        return False
-    sizes = [size_hint(s) for s in meta.shape]
-    strides = [size_hint(s) for s in meta.stride()]
-    if None in sizes or None in strides:
-        return False
-    perm = to_last(meta.dim())
-    last = _dense([sizes[p] for p in perm], [strides[p] for p in perm])
-    return last and not _dense(sizes, strides)
+__all__ = ["as_taken", "channels_last_value", "raw_updates", "takes_channels_last"]
 
 
 def as_taken(meta: torch.Tensor) -> torch.Tensor:
@@ -74,3 +49,25 @@ def channels_last_value(taken: TensorValue, meta: torch.Tensor) -> TensorValue:
     """The input as N, *spatial, C, from the flat value the graph takes."""
     perm = to_last(meta.dim())
     return ops.reshape(taken, [taken.shape[0], *(int(meta.shape[p]) for p in perm[1:])])
+
+
+def raw_updates(
+    updates: Mapping[torch.fx.Node, OptimizerUpdate],
+) -> dict[torch.fx.Node, OptimizerUpdate]:
+    """The optimizer updates whose parameter, state and gradient are all
+    graph inputs traced channels-last alike: their kernel reads and writes
+    them as the graph takes them, in their memory order."""
+    found = {}
+    for at, update in updates.items():
+        operands = (*update.written, update.grad)
+        metas = [n.meta.get("val") for n in operands]
+        if all(
+            n.op == "placeholder"
+            and isinstance(m, torch.Tensor)
+            and takes_channels_last(m)
+            and m.shape == metas[0].shape
+            and m.stride() == metas[0].stride()
+            for n, m in zip(operands, metas, strict=True)
+        ):
+            found[at] = update
+    return found

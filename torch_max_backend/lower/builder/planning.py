@@ -22,12 +22,12 @@ from ...kernels.weight_packing import packed_length
 from ...plan import InputKind, InputSource
 from ..opmath import HALF
 from ..packed_products import FROZEN_WEIGHTS, packed_weight
-from ..passes import GraphFindings
+from ..passes import GraphFindings, OptimizerUpdate
 from ..product_choice import PACKED
 from ..registry import draws_random, lifts_scalars
 from ..shapes import expression_dim, max_dim
 from .capability import lowering_of, strategy_of
-from .channels_last_inputs import as_taken, takes_channels_last
+from .channels_last_inputs import as_taken, raw_updates, takes_channels_last
 from .int_inputs import (
     carrier_type,
     int_input_kind,
@@ -97,6 +97,8 @@ class InputPlan:
         # FX input numbers so taken.
         self.channels_last_views = channels_last_views
         self.channels_last: set[int] = set()
+        # The optimizer updates whose operands are all taken so.
+        self.raw_updates: dict[torch.fx.Node, OptimizerUpdate] = {}
         self.findings = findings
         self.device = graph_device(gm)
         self.device_ref: DeviceRef = to_device_ref(self.device)
@@ -219,14 +221,20 @@ class InputPlan:
         # Nodes no MAX op reads an input for: PyTorch's at planning, or our
         # optimizer kernels'.
         computed = self._kernel_nodes | self.findings.constants.folded
-        mutated = set(self.findings.mutations.mutated)
+        # Written inputs are taken channels-last only where our optimizer
+        # kernel alone writes them (channels_last_inputs.py).
+        unmoved = set(self.findings.mutations.mutated)
+        if self.channels_last_views:
+            self.raw_updates = raw_updates(self.findings.optimizer_updates)
+            for update in self.raw_updates.values():
+                unmoved -= set(update.written)
         for i, node in enumerate(self.placeholders):
             meta = node.meta.get("val")
             if isinstance(meta, torch.Tensor):
                 if (
                     self.channels_last_views
-                    and node not in mutated
-                    and takes_channels_last(meta, self.device)
+                    and node not in unmoved
+                    and takes_channels_last(meta)
                 ):
                     self.channels_last.add(i)
                     source = InputSource(InputKind.CHANNELS_LAST, i)

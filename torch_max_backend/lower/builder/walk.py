@@ -266,10 +266,15 @@ class NodeWalk:
         with self._building(node):
             try:
                 numbers = self.inputs.numbers_of.get(node)
+                # Read as the graph takes it where the update's operands
+                # all are (channels_last_inputs.py).
+                grad = self.values[update.grad]
+                if node in self.inputs.raw_updates:
+                    grad = self._input(self.inputs.input_of[update.grad]).tensor
                 optimizer_step(
                     update,
                     buffers,
-                    self.values[update.grad],
+                    grad,
                     self.values,
                     None if numbers is None else self._input(numbers).tensor,
                 )

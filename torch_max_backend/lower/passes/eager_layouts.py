@@ -11,8 +11,9 @@ eager strides are a permuted memory order is written by MAX in that order,
 and an output that views another node's memory is that node's MAX output
 read through ``as_strided``: sizes, strides and offsets as eager's, and
 writing into one output changes the others that share its memory, as in
-eager. What a training forward saves for its backward stays contiguous: only
-our own backward graph reads it.
+eager. What a training forward saves for its backward, which only our own
+backward graph reads, stays contiguous, but for tensors traced channels-last:
+the backward takes those as they lie (``_saved_layout``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from torch._ops import OpOverload
 
 from ..kit import size_hint
+from ..layout import takes_channels_last
 from .findings import ALL_OUTPUTS, CallerOutputs, EagerLayout, GraphFindings, frozen_map
 
 __all__ = ["ALL_OUTPUTS", "CallerOutputs", "find_eager_layouts"]
@@ -142,9 +144,27 @@ def find_eager_layouts(
     items = output.args[0]
     items = items if isinstance(items, (list, tuple)) else [items]
     layouts = {}
+    saved_from = found.caller_outputs.stop
     for position, item in enumerate(items):
         if position in found.caller_outputs:
             layout = _eager_layout(item)
-            if layout is not None:
-                layouts[position] = layout
+        elif saved_from is not None and position >= saved_from:
+            layout = _saved_layout(item)
+        else:
+            layout = None
+        if layout is not None:
+            layouts[position] = layout
     return frozen_map(layouts)
+
+
+def _saved_layout(item: object) -> EagerLayout | None:
+    """How a training forward returns a tensor it saves for the backward:
+    as eager lays it out where it was traced channels-last (a channels-last
+    model's activations, which the forward holds channels-last anyway, or a
+    view of one such as a ``detach``), since the backward graph takes such
+    an input as it lies (builder/channels_last_inputs.py) and would copy one
+    that arrived contiguous at every call; else contiguous."""
+    meta = item.meta.get("val") if isinstance(item, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or not takes_channels_last(meta):
+        return None
+    return _eager_layout(item)
