@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, no_type_check
 
 import torch
@@ -25,6 +24,14 @@ from ..plan import (
     RuntimeCheck,
 )
 from . import huge_pages, max_workers
+from .input_markers import (
+    LAST_FORMAT,
+    SEED,
+    TO_LAST,
+    ChannelsLastView,
+    IntCarrier,
+    IntValue,
+)
 from .output_codes import DIM, EXPR, GRAPH, INPUT, STRIDED, laid_out, slot_code
 from .packed_weights import PackedWeight
 
@@ -45,52 +52,6 @@ _DLPACK_CPU = (1, 0)
 # route it through __torch_function__, so it keeps torch's path).
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 _STRIDED_LAYOUT = torch.strided
-
-
-class _Seed:
-    """Marks the MAX input that takes a fresh random seed at every call.
-
-    The seed is drawn from torch's default generator, so ``torch.manual_seed``
-    makes MAX's random ops reproducible.
-    """
-
-    def __repr__(self) -> str:
-        return "<seed>"
-
-
-SEED = _Seed()
-
-
-@dataclass(frozen=True, slots=True)
-class _IntCarrier:
-    """Marks the MAX input that carries FX input ``index``, a symbolic int at
-    least 0 (its graph is guarded on that), as the first dim of an empty
-    tensor (lower/builder/int_inputs.py)."""
-
-    index: int
-
-
-@dataclass(frozen=True, slots=True)
-class _IntValue:
-    """Marks the MAX input that carries FX input ``index``, a symbolic int the
-    graph uses only as a number, as a rank-0 int64 tensor of its value."""
-
-    index: int
-
-
-@dataclass(frozen=True, slots=True)
-class _ChannelsLast:
-    """Marks the MAX input that takes FX input ``index``, laid out
-    channels-last, as its dense N, *spatial, C view flattened past N: no
-    copy (lower/builder/channels_last_inputs.py)."""
-
-    index: int
-
-
-# The permutation from N, C, *spatial to N, *spatial, C, by rank, and the
-# memory format whose layout that permute makes dense.
-_TO_LAST = {4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
-_LAST_FORMAT = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
 class _CpuExport:
@@ -228,15 +189,15 @@ class CompiledGraph:
         seen = self._seen
         for slot, item in enumerate(self._plan):
             last = False
-            if item.__class__ is _ChannelsLast:
+            if item.__class__ is ChannelsLastView:
                 last, item = True, item.index
             elif item.__class__ is not int:
-                if item.__class__ is _IntCarrier:
+                if item.__class__ is IntCarrier:
                     size = (args[item.index], 0)
                     item = as_buffer(
                         torch.empty(size, dtype=torch.int8, device=self._device)
                     )
-                elif item.__class__ is _IntValue:
+                elif item.__class__ is IntValue:
                     item = as_buffer(
                         torch.tensor(
                             args[item.index], dtype=torch.int64, device=self._device
@@ -268,7 +229,7 @@ class CompiledGraph:
             if last:
                 # Dense, and its flat view no copy, unless the caller's
                 # tensor is laid out otherwise than traced: then copied.
-                laid = tensor.permute(_TO_LAST[tensor.dim()])
+                laid = tensor.permute(TO_LAST[tensor.dim()])
                 dense = laid.is_contiguous()
                 laid = laid.flatten(1)
             else:
@@ -380,9 +341,9 @@ class CompiledGraph:
                 # Taken as its channels-last view: staged where that is no
                 # view of its memory.
                 rank = tensor.dim()
-                if not tensor.permute(_TO_LAST[rank]).is_contiguous():
+                if not tensor.permute(TO_LAST[rank]).is_contiguous():
                     staged.append((index, tensor))
-                    args[index] = tensor.contiguous(memory_format=_LAST_FORMAT[rank])
+                    args[index] = tensor.contiguous(memory_format=LAST_FORMAT[rank])
             elif not tensor.is_contiguous():
                 staged.append((index, tensor))
                 args[index] = tensor.contiguous()
@@ -398,14 +359,14 @@ def _input_item(
     if kind is InputKind.FX_INPUT:
         return index
     if kind is InputKind.CHANNELS_LAST:
-        return _ChannelsLast(index)
+        return ChannelsLastView(index)
     if kind is InputKind.CONSTANT:
         huge_pages.request(constants[index])
         return as_buffer(constants[index])
     if kind is InputKind.INT:
-        return _IntCarrier(index)
+        return IntCarrier(index)
     if kind is InputKind.NUMBER:
-        return _IntValue(index)
+        return IntValue(index)
     if kind is InputKind.PACKED:
         return PackedWeight(index, source.packing, as_buffer)
     return SEED

@@ -30,7 +30,6 @@ from ..index_origin import IndexOrigin, building_with
 from ..layout import ChannelsLastTwins, is_pointwise
 from ..products import ProductForms, recording_products
 from ..scalars import ScalarArg
-from ..shapes import static_size
 from .capability import find_unsupported, lowering_of
 from .channels_last_inputs import channels_last_value
 from .flex_attention import lower_flex_attention
@@ -47,6 +46,7 @@ from .int_inputs import dims_as_operands, int_value, named_cause
 from .optimizer_store import optimizer_step
 from .outputs import OutputPlan
 from .planning import InputPlan
+from .result_check import check_result
 from .slot_store import SharedBounds, store_slot
 from .sym_numbers import SYM_TARGETS, number_op
 
@@ -72,34 +72,6 @@ class BuiltGraph:
     @property
     def device(self) -> torch.device:
         return torch.device(self.plan.device)
-
-
-def check_result(node: torch.fx.Node, result: Any) -> None:
-    """A lowering's result must have the dtype and static sizes torch says."""
-    meta = node.meta.get("val")
-    if isinstance(result, TensorValue) and isinstance(meta, torch.Tensor):
-        expected = to_max_dtype(meta.dtype)
-        if result.dtype != expected:
-            raise TypeError(
-                f"lowering returned dtype {result.dtype.name}, expected {expected.name}"
-            )
-        got = [static_size(d) for d in result.shape]
-        want = [s if isinstance(s, int) else None for s in meta.shape]
-        mismatch = len(got) != len(want) or any(
-            g is not None and w is not None and g != w
-            for g, w in zip(got, want, strict=True)
-        )
-        if mismatch:
-            raise TypeError(
-                f"lowering returned shape {list(result.shape)}, "
-                f"expected {list(meta.shape)}"
-            )
-    elif (
-        isinstance(result, (list, tuple))
-        and isinstance(meta, (list, tuple))
-        and len(result) != len(meta)
-    ):
-        raise TypeError(f"lowering returned {len(result)} values, expected {len(meta)}")
 
 
 class NodeWalk:
