@@ -336,5 +336,8 @@ def test_memory_formats_times_both_forms_of_one_model():
     ms = memory_formats.measure("tiny", "eager", rounds=2, calls=2)
     assert set(ms) == {"contiguous", "channels_last"}
     assert all(t > 0 for t in ms.values())
+    steps = memory_formats.measure_steps("tiny", "eager", rounds=2, calls=2)
+    assert set(steps) == {"contiguous", "channels_last"}
+    assert all(t > 0 for t in steps.values())
     with pytest.raises(SystemExit, match="unknown model 'vgg'"):
         memory_formats.measure("vgg", "eager", rounds=1, calls=1)
