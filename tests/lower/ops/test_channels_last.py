@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections import Counter
 
@@ -185,3 +186,36 @@ def test_a_channels_last_model_is_read_as_it_lies(max_calls, built_graphs, monke
     assert "torch_max_backend_im2col" not in text
     tiled = text.count(f'"{conv_kernel.KERNEL}"')
     assert (text.count("rmo.conv("), tiled) == ((1, 0) if AVX512 else (0, 1))
+
+
+def test_a_second_layout_is_taken_as_it_lies_too(max_calls, built_graphs):
+    # The same module code met with a channels-last copy of its filter: Dynamo
+    # traces the second with strides of its own (symbolic ints among the
+    # graph's inputs). The graph still takes the channels-last input and
+    # filter as they lie (judged by the traced strides) and returns eager's
+    # layout.
+    from torch_max_backend.plan import InputKind
+
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.ReLU()
+    ).eval()
+    last = copy.deepcopy(plain).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 4, 5)
+    with torch.no_grad():
+        for module, image in (
+            (plain, x),
+            (last, x.contiguous(memory_format=torch.channels_last)),
+        ):
+            compiled = torch.compile(
+                module, backend=max_backend, options={"strict": True}
+            )
+            got, want = compiled(image), module(image)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            assert got.stride() == want.stride()
+    assert max_calls.count == 2 and len(built_graphs) == 2
+    gm, built = built_graphs[1]
+    metas = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+    assert any(isinstance(m, torch.SymInt) for m in metas), metas
+    kinds = [source.kind for source in built.plan.inputs]
+    assert kinds.count(InputKind.CHANNELS_LAST) == 2, kinds

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import torch
 from max.graph import TensorValue, ops
 
+from ..kit import size_hint
 from ..layout import takes_channels_last, to_last
 from ..passes import OptimizerUpdate
 
@@ -61,13 +62,19 @@ def raw_updates(
     for at, update in updates.items():
         operands = (*update.written, update.grad)
         metas = [n.meta.get("val") for n in operands]
-        if all(
-            n.op == "placeholder"
-            and isinstance(m, torch.Tensor)
-            and takes_channels_last(m)
-            and m.shape == metas[0].shape
-            and m.stride() == metas[0].stride()
-            for n, m in zip(operands, metas, strict=True)
+        if (
+            all(
+                n.op == "placeholder"
+                and isinstance(m, torch.Tensor)
+                and takes_channels_last(m)
+                for n, m in zip(operands, metas, strict=True)
+            )
+            and len({_traced(m) for m in metas}) == 1
         ):
             found[at] = update
     return found
+
+
+def _traced(meta: torch.Tensor) -> tuple:
+    """Sizes and strides as traced, compared without a guard."""
+    return tuple(size_hint(s) for s in (*meta.shape, *meta.stride()))

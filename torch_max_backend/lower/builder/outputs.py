@@ -7,7 +7,7 @@ expression of sizes (``s0 + 1``, ``s0 // 2``) written as plain data
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sympy
@@ -111,6 +111,21 @@ def layout(meta: torch.Tensor, convert: SizeConverter) -> Layout:
     )
 
 
+def ordered_layout(
+    meta: torch.Tensor, order: Sequence[int], convert: SizeConverter
+) -> Layout:
+    """A whole output written densely in the memory order ``order``: its
+    sizes, and strides made from them (a traced stride may be a symbol of
+    its own, which no input carries as a size)."""
+    sizes = tuple(convert(s) for s in meta.shape)
+    strides: list[SizeExpr] = [("int", 1)] * len(sizes)
+    running: SizeExpr = ("int", 1)
+    for d in reversed(order):
+        strides[d] = running
+        running = ("mul", running, sizes[d])
+    return sizes, tuple(strides), ("int", 0)
+
+
 class OutputPlan:
     """Collects the output slots and the distinct MAX outputs behind them."""
 
@@ -184,9 +199,12 @@ class OutputPlan:
             else:
                 index = self._ordered_output(base, eager.order)
             convert = self._size_expr(item)
-            return OutputSlot(
-                OutputKind.GRAPH, index, layout=layout(item.meta["val"], convert)
-            )
+            meta = item.meta["val"]
+            if eager.root is item and eager.order is not None:
+                laid = ordered_layout(meta, eager.order, convert)
+            else:
+                laid = layout(meta, convert)
+            return OutputSlot(OutputKind.GRAPH, index, layout=laid)
         return OutputSlot(OutputKind.GRAPH, self._output_index(value))
 
     def _ordered_output(self, value: TensorValue, order: tuple[int, ...]) -> int:

@@ -27,7 +27,13 @@ from torch._ops import OpOverload
 
 from ..kit import size_hint
 from ..layout import takes_channels_last
-from .findings import ALL_OUTPUTS, CallerOutputs, EagerLayout, GraphFindings, frozen_map
+from .findings import (
+    ALL_OUTPUTS,
+    CallerOutputs,
+    EagerLayout,
+    GraphFindings,
+    frozen_map,
+)
 
 __all__ = ["ALL_OUTPUTS", "CallerOutputs", "find_eager_layouts"]
 
@@ -86,30 +92,35 @@ def is_contiguous(meta: torch.Tensor) -> bool:
     return True
 
 
-def memory_order(meta: torch.Tensor) -> list[int] | None:
+def memory_order(meta: torch.Tensor, exact: bool = True) -> list[int] | None:
     """The dimensions of a dense, non-contiguous ``meta`` from the outermost
     in memory to the innermost (NHWC's [0, 2, 3, 1]), or None where it is
     contiguous, empty, has holes or overlaps. Symbolic sizes and strides
     (a dynamic batch) are ordered by the values they were traced with and
-    checked on their expressions, which adds no guard."""
+    checked on their expressions, which adds no guard; or, not ``exact``,
+    on those values: Dynamo makes strides symbols of their own once a frame
+    meets a second layout, which no expression of sizes proves dense, and a
+    whole output written in an order needs no more than the order."""
     sizes, strides = meta.shape, meta.stride()
     size_hints = [size_hint(s) for s in sizes]
     stride_hints = [size_hint(s) for s in strides]
     if None in size_hints or None in stride_hints or 0 in size_hints:
-        return None
-    if is_contiguous(meta):
         return None
     # Size-1 dims have any stride and no effect on the order: innermost.
     order = sorted(
         range(len(sizes)),
         key=lambda d: -stride_hints[d] if size_hints[d] != 1 else 0,  # type: ignore[operator]
     )
-    expected = sympy.Integer(1)
+    if order == sorted(order) or is_contiguous(meta):
+        return None
+    expected, hinted = sympy.Integer(1), 1
     for d in reversed(order):
-        size = _expr(sizes[d])
-        if size != 1 and sympy.expand(_expr(strides[d]) - expected) != 0:
+        size, traced = _expr(sizes[d]), size_hints[d]
+        if exact and size != 1 and sympy.expand(_expr(strides[d]) - expected) != 0:
             return None
-        expected = expected * size
+        if traced != 1 and stride_hints[d] != hinted:
+            return None
+        expected, hinted = expected * size, hinted * traced  # type: ignore[operator]
     return order
 
 
@@ -127,8 +138,13 @@ def _eager_layout(item: object) -> EagerLayout | None:
     if root.op == "placeholder":
         return None
     base_meta = root.meta["val"]
+    if root is item:
+        # A whole output: written in its order, its strides those of the
+        # order (lower/builder/outputs.py).
+        order = memory_order(base_meta, exact=False)
+        return None if order is None else EagerLayout(root, tuple(order))
     if is_contiguous(base_meta):
-        return None if root is item else EagerLayout(root, None)
+        return EagerLayout(root, None)
     order = memory_order(base_meta)
     return None if order is None else EagerLayout(root, tuple(order))
 
