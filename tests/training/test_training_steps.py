@@ -133,7 +133,9 @@ def test_cnn_batch_norm_pooling_adam(max_calls):
     assert max_calls.of("backward") == STEPS
 
 
-def test_channels_last_cnn_trains_in_its_memory_order(max_calls, monkeypatch):
+def test_channels_last_cnn_trains_in_its_memory_order(
+    max_calls, built_graphs, monkeypatch
+):
     # model.to(memory_format=torch.channels_last): its filters, their
     # gradients and AdamW's moments are read and written where they lie, at
     # every graph of the step (no copy to torch's default layout and back),
@@ -173,6 +175,17 @@ def test_channels_last_cnn_trains_in_its_memory_order(max_calls, monkeypatch):
     assert written_as_taken, "the update staged its channels-last parameters"
     for p, q in zip(got.model.parameters(), eager.model.parameters(), strict=True):
         assert p.grad.stride() == q.grad.stride()
+    # The filters' gradients computed in their own memory order (the
+    # backward returns them channels-last, which autograd keeps).
+    (backward,) = [
+        str(built.graph)
+        for gm, built in built_graphs
+        if any(
+            n.target is torch.ops.aten.convolution_backward.default
+            for n in gm.graph.nodes
+        )
+    ]
+    assert backward.count('symbol = "torch_max_backend_pixel_windows"') == 2
     assert max_calls.of("forward") == STEPS
     assert max_calls.of("backward") == STEPS
 

@@ -20,7 +20,7 @@ from max.graph import TensorType, TensorValue, ops
 from ..kernels.library import WINDOWS, custom
 from .context import current
 from .opmath import accumulated
-from .products import product_by_rows
+from .products import product, product_by_rows
 from .windows import window_parameters
 
 Pair = tuple[int, int]
@@ -74,3 +74,32 @@ def conv2d_by_pixels(
     if bias is not None:
         out = ops.add(out, bias)
     return twins.channels_first(ops.reshape(out, [n, *out_size, out_channels]))
+
+
+def weight_grad_by_pixels(
+    grad: TensorValue,
+    input: TensorValue,
+    kernel: Pair,
+    stride: Pair,
+    padding: Pair,
+    dilation: Pair,
+) -> TensorValue:
+    """The weight gradient [O, C, kh, kw] of an ungrouped 2-d convolution of
+    a channels-last model, with its channels-last twin [O, kh, kw, C]: the
+    output gradient channels-last [P, O], read transposed, times the input's
+    windows a pixel a row [P, kh * kw * C]. Its rows come out in the
+    filter's own memory order, so the backward returns it channels-last
+    with no transpose, and autograd keeps it as the parameter's gradient
+    instead of copying it into the parameter's layout."""
+    twins = current().twins
+    n, out_channels, out_h, out_w = grad.shape
+    image = twins.channels_last(input)
+    channels = int(image.shape[3])
+    size = (int(out_h), int(out_w))
+    cols = pixel_windows(image, size, kernel, stride, padding, dilation)
+    pixels = n * size[0] * size[1]
+    rows = kernel[0] * kernel[1] * channels
+    cols = ops.reshape(cols, [pixels, rows])
+    g = ops.reshape(twins.channels_last(grad), [pixels, out_channels])
+    summed = accumulated(product, ops.transpose(g, 0, 1), cols)
+    return twins.channels_first(ops.reshape(summed, [out_channels, *kernel, channels]))

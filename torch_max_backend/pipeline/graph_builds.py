@@ -17,6 +17,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..lower.builder import (
     ALL_OUTPUTS,
+    NO_OUTPUTS,
     BuiltGraph,
     CallerOutputs,
     GraphFindings,
@@ -35,11 +36,16 @@ def caller_outputs(kind: str) -> CallerOutputs | None:
     as the compiled graph returns them, and so keep eager's strides and
     aliasing (lower/passes/eager_layouts.py): every output of an inference
     graph; a training forward's user outputs, which AOTAutograd places after
-    the inputs it mutates and before what it saves for the backward. None for
-    a backward (its gradients are AOTAutograd's to lay out) or when AOTAutograd
-    does not say (a forward compiled outside torch.compile)."""
+    the inputs it mutates and before what it saves for the backward. For a
+    backward, none: its gradients are autograd's to lay out, but those traced
+    channels-last are written so, as a forward's saved tensors are
+    (eager_layouts.py), which autograd then keeps as a channels-last
+    parameter's gradient instead of copying it. None when AOTAutograd does
+    not say (a forward compiled outside torch.compile)."""
     if kind == "inference":
         return ALL_OUTPUTS
+    if kind == "backward":
+        return NO_OUTPUTS
     context = TracingContext.try_get()
     meta = context.fw_metadata if context is not None else None
     if kind != "forward" or meta is None:

@@ -12,6 +12,7 @@ import torch
 
 from ..passes import (
     ALL_OUTPUTS,
+    NO_OUTPUTS,
     STANDS_FOR,
     CallerOutputs,
     GraphFindings,
@@ -35,6 +36,7 @@ __all__ = [
     "ALL_OUTPUTS",
     "GRAPH_NAME",
     "HIGHER_ORDER_COVERAGE",
+    "NO_OUTPUTS",
     "STANDS_FOR",
     "BuiltGraph",
     "CallerOutputs",

@@ -22,6 +22,7 @@ from max.graph import Dim, TensorValue, ops
 
 from .. import conv_columns
 from ..context import current
+from ..conv_pixels import weight_grad_by_pixels
 from ..float32_products import matmul
 from ..kit import arg_tensor, is_static, node_arg
 from ..opmath import accumulated
@@ -191,13 +192,22 @@ def _weight_grad(
     padding: Sequence[int],
     dilation: Sequence[int],
     groups: int,
+    channels_last: bool = False,
 ) -> TensorValue:
     """The weight gradient of the plain convolution of ``input`` whose
     output's gradient is ``grad``: on the CPU an ungrouped 2-d one is a
-    product with its windows' matrix (conv_columns.py)."""
+    product with its windows' matrix (conv_columns.py), or, for a filter
+    given ``channels_last``, with its windows a pixel a row (conv_pixels.py)."""
     out_size = [_size(d) for d in grad.shape[2:]]
+    given = input
     input, padding = _fitted(input, out_size, kernel, stride, padding, dilation)
     if groups == 1 and len(kernel) == 2 and current().device.is_cpu():
+        static = all(isinstance(s, int) for s in out_size)
+        if channels_last and static and input is given:
+            # A channels-last model's filter: its gradient in its order.
+            return weight_grad_by_pixels(
+                grad, input, (kernel[0], kernel[1]), stride, padding, dilation
+            )
         return conv_columns.weight_grad(
             grad, input, tuple(kernel), stride, padding, dilation
         )
@@ -295,7 +305,8 @@ def convolution_backward(
         # A transposed convolution's weight reads its input where the
         # plain one's reads its output gradient.
         pair = (input, grad_output) if transposed else (grad_output, input)
-        grad_weight = _weight_grad(*pair, kernel, *window, groups)
+        last = not transposed and current().twins.twin(weight) is not None
+        grad_weight = _weight_grad(*pair, kernel, *window, groups, last)
     if one_d:
         grad_input, grad_weight = (
             None if g is None else ops.squeeze(g, 2) for g in (grad_input, grad_weight)

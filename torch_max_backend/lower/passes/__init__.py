@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .eager_layouts import ALL_OUTPUTS, CallerOutputs, find_eager_layouts
+from .eager_layouts import ALL_OUTPUTS, NO_OUTPUTS, CallerOutputs, find_eager_layouts
 from .findings import (
     Coefficient,
     EagerLayout,
@@ -41,6 +41,7 @@ from .slot_writes import find_slot_writes
 
 __all__ = [
     "ALL_OUTPUTS",
+    "NO_OUTPUTS",
     "PASSES",
     "STANDS_FOR",
     "CallerOutputs",

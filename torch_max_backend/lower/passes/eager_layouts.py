@@ -29,13 +29,14 @@ from ..kit import size_hint
 from ..layout import takes_channels_last
 from .findings import (
     ALL_OUTPUTS,
+    NO_OUTPUTS,
     CallerOutputs,
     EagerLayout,
     GraphFindings,
     frozen_map,
 )
 
-__all__ = ["ALL_OUTPUTS", "CallerOutputs", "find_eager_layouts"]
+__all__ = ["ALL_OUTPUTS", "NO_OUTPUTS", "CallerOutputs", "find_eager_layouts"]
 
 
 def _is_view_op(target: object) -> bool:

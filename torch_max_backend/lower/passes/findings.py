@@ -36,6 +36,9 @@ class CallerOutputs:
 
 # An inference graph's: every output.
 ALL_OUTPUTS = CallerOutputs()
+# A backward's: none, each output then laid out as a forward's saved tensor
+# (eager_layouts.py).
+NO_OUTPUTS = CallerOutputs(0, 0)
 
 
 @dataclass(frozen=True)
