@@ -34,9 +34,9 @@ def pixel_windows(
     padding: Pair,
     dilation: Pair,
 ) -> TensorValue:
-    """The windows of ``image`` (N, H, W, C) as [N, out_h, out_w, kh * kw *
-    C], each output pixel's a row in (kernel row, kernel column, channel)
-    order."""
+    """The windows of ``image`` (N, H, W, C) as an [N * out_h * out_w, kh *
+    kw * C] matrix, each output pixel's a row in (kernel row, kernel column,
+    channel) order."""
     n, _, _, channels = image.shape
     rows = int(channels) * kernel[0] * kernel[1]
     device = current().device
@@ -48,7 +48,7 @@ def pixel_windows(
         device,
         parameters=window_parameters(kernel, stride, padding, dilation),
     )
-    return cols
+    return ops.reshape(cols, [n * out_size[0] * out_size[1], rows])
 
 
 def conv2d_by_pixels(
@@ -66,13 +66,12 @@ def conv2d_by_pixels(
     out_channels, kh, kw, channels = (int(d) for d in filters.shape)
     twins = current().twins
     image = twins.channels_last(input)
-    cols = pixel_windows(image, out_size, (kh, kw), stride, padding, dilation)
-    n = image.shape[0]
-    pixels = ops.reshape(cols, [n * out_size[0] * out_size[1], kh * kw * channels])
+    pixels = pixel_windows(image, out_size, (kh, kw), stride, padding, dilation)
     matrix = ops.reshape(filters, [out_channels, kh * kw * channels])
     out = accumulated(product_by_rows, pixels, matrix)
     if bias is not None:
         out = ops.add(out, bias)
+    n = image.shape[0]
     return twins.channels_first(ops.reshape(out, [n, *out_size, out_channels]))
 
 
@@ -92,14 +91,11 @@ def weight_grad_by_pixels(
     with no transpose, and autograd keeps it as the parameter's gradient
     instead of copying it into the parameter's layout."""
     twins = current().twins
-    n, out_channels, out_h, out_w = grad.shape
+    _, out_channels, out_h, out_w = grad.shape
     image = twins.channels_last(input)
     channels = int(image.shape[3])
     size = (int(out_h), int(out_w))
     cols = pixel_windows(image, size, kernel, stride, padding, dilation)
-    pixels = n * size[0] * size[1]
-    rows = kernel[0] * kernel[1] * channels
-    cols = ops.reshape(cols, [pixels, rows])
-    g = ops.reshape(twins.channels_last(grad), [pixels, out_channels])
+    g = ops.reshape(twins.channels_last(grad), [cols.shape[0], out_channels])
     summed = accumulated(product, ops.transpose(g, 0, 1), cols)
     return twins.channels_first(ops.reshape(summed, [out_channels, *kernel, channels]))

@@ -94,9 +94,9 @@ class InputPlan:
     ) -> None:
         self.gm = gm
         # Channels-last inputs taken as such (channels_last_inputs.py): the
-        # FX input numbers so taken.
+        # placeholders so taken.
         self.channels_last_views = channels_last_views
-        self.channels_last: set[int] = set()
+        self.channels_last: set[torch.fx.Node] = set()
         # The optimizer updates whose operands are all taken so.
         self.raw_updates: dict[torch.fx.Node, OptimizerUpdate] = {}
         self.findings = findings
@@ -236,7 +236,7 @@ class InputPlan:
                     and node not in unmoved
                     and takes_channels_last(meta)
                 ):
-                    self.channels_last.add(i)
+                    self.channels_last.add(node)
                     source = InputSource(InputKind.CHANNELS_LAST, i)
                     taken = as_taken(meta)
                 else:

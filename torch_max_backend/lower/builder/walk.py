@@ -263,10 +263,7 @@ class NodeWalk:
             if node in plan.buffered:
                 # Read before any store: MAX orders buffer ops in graph order.
                 return ops.buffer_load(value.buffer)
-            if (
-                plan.channels_last
-                and plan.placeholders.index(node) in plan.channels_last
-            ):
+            if node in plan.channels_last:
                 # Taken as N, *spatial, C (channels_last_inputs.py): its twin.
                 last = channels_last_value(value.tensor, meta)
                 return self.twins.channels_first(last)
