@@ -76,7 +76,7 @@ PRODUCT_STRATEGIES = (
 # How a convolution is built (lower/conv_choice.py): our tiled kernel or MAX's
 # conv2d timed per machine and shape, the fixed rules, or one strategy
 # wherever it fits.
-CONV_STRATEGIES = ("auto", "rule", "im2col_matmul", "tiled", "direct")
+CONV_STRATEGIES = ("auto", "rule", "im2col_matmul", "depthwise", "tiled", "direct")
 
 
 def check_mode(mode: str | None) -> None:

@@ -271,3 +271,8 @@ POOLING = MojoLibrary(
 WINDOWS = MojoLibrary(
     "torch_max_backend_windows", Path(__file__).parent / "mojo_windows"
 )
+# Depthwise convolutions and their input gradient over channels-last images
+# on the CPU: likewise a library of its own.
+DEPTHWISE = MojoLibrary(
+    "torch_max_backend_depthwise", Path(__file__).parent / "mojo_depthwise"
+)

@@ -15,6 +15,7 @@ from ..conv_choice import choose_conv
 from ..conv_columns import windows
 from ..conv_kernel import rscf_filters, tiled_conv2d, tiled_conv_fits
 from ..conv_pixels import conv2d_by_pixels
+from ..depthwise_conv import depthwise_conv2d, depthwise_fits
 from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
 from ..opmath import accumulated
 from ..products import product
@@ -359,6 +360,7 @@ convolution = lowering_strategies(
             "transposed", _over_unit_height(transposed_convolution), is_transposed
         ),
         Strategy("conv3d", conv3d, is_volumetric),
+        Strategy("depthwise", _over_unit_height(depthwise_conv2d), depthwise_fits),
         Strategy("im2col_matmul", _over_unit_height(im2col_matmul), matmul_pays),
         Strategy("tiled", _over_unit_height(tiled_conv2d), tiled_conv_fits),
         Strategy(
