@@ -1,7 +1,7 @@
 """A conv net left contiguous and converted to channels-last, in one process.
 
-    python -m benchmarks.memory_formats [--model resnet18] [--backends eager,max]
-                                        [--train]
+    python -m benchmarks.memory_formats [--model resnet18|mobilenetv2|convnext]
+                                        [--backends eager,max] [--train]
 
 ``model.to(memory_format=torch.channels_last)`` with channels-last images is
 a common recipe for CPU inference and training. Each backend compiles both
@@ -10,7 +10,9 @@ forms of the model in one process; their calls then alternate in blocks
 alike. Printed: the median ms a call of each form, and that the outputs
 match eager's. ``--train`` times whole training steps instead (AdamW, the
 suite's ResNet-18 step at batch 2 and 112x112), each form's first loss
-checked against eager's.
+checked against eager's. ``mobilenetv2`` is the ImageNet MobileNetV2
+(1x224) for inference and issue 59's small one (depth multiplier 0.35,
+2x64) for training; ``convnext`` is ConvNeXt-tiny (1x224, training 2x112).
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ def _model(name: str, train: bool = False) -> tuple[nn.Module, torch.Tensor]:
     if name == "resnet18":
         model, (x,) = zoo.resnet18(batch=2, size=112) if train else zoo.resnet18()
         return model, x
+    if name == "mobilenetv2":  # the ImageNet model; training the small one
+        model, (x,) = (
+            zoo.mobilenet_v2()
+            if train
+            else zoo.mobilenet_v2(batch=1, size=224, depth_multiplier=1.0)
+        )
+        return model, x
+    if name == "convnext":  # ConvNeXt-tiny
+        model, (x,) = zoo.convnext(batch=2, size=112) if train else zoo.convnext()
+        return model, x
     if name == "tiny":  # the tests'
         model = nn.Sequential(
             nn.Conv2d(3, 8, 3, padding=1),
@@ -40,7 +52,9 @@ def _model(name: str, train: bool = False) -> tuple[nn.Module, torch.Tensor]:
             nn.Conv2d(8, 4, 1),
         )
         return model, torch.randn(1, 3, 8, 8)
-    raise SystemExit(f"unknown model {name!r}; choose resnet18 or tiny")
+    raise SystemExit(
+        f"unknown model {name!r}; choose resnet18, mobilenetv2, convnext or tiny"
+    )
 
 
 def measure(name: str, backend: str, rounds: int, calls: int) -> dict[str, float]:

@@ -55,16 +55,27 @@ class _ImageLogits(nn.Module):
         return self.model(pixel_values=pixel_values).logits
 
 
-def mobilenet_v2(batch: int = 2, size: int = 64) -> Case:
-    """A small MobileNetV2 (depth multiplier 0.35, 10 classes): depthwise
-    convolutions, ReLU6 and batch norm, the training step issue 59 times."""
+def mobilenet_v2(batch: int = 2, size: int = 64, depth_multiplier: float = 0.35) -> Case:
+    """A MobileNetV2, small by default (depth multiplier 0.35, 10 classes):
+    depthwise convolutions, ReLU6 and batch norm, the training step issue 59
+    times; with a multiplier of 1.0, 1000 classes (the ImageNet model)."""
     import transformers
 
     config = transformers.MobileNetV2Config(
-        depth_multiplier=0.35, image_size=size, num_labels=10
+        depth_multiplier=depth_multiplier,
+        image_size=size,
+        num_labels=1000 if depth_multiplier == 1.0 else 10,
     )
     model = _ImageLogits(transformers.MobileNetV2ForImageClassification(config))
     return model, (torch.randn(batch, 3, size, size),)
+
+
+def convnext(batch: int = 1, size: int = 224) -> Case:
+    """ConvNeXt-tiny: 7x7 depthwise convolutions, layer norms and GELUs."""
+    import transformers
+
+    model = transformers.ConvNextForImageClassification(transformers.ConvNextConfig())
+    return _ImageLogits(model), (torch.randn(batch, 3, size, size),)
 
 
 def gpt2(layers: int = 12, batch: int = 1, seq: int = 128) -> Case:
