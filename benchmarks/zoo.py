@@ -55,7 +55,9 @@ class _ImageLogits(nn.Module):
         return self.model(pixel_values=pixel_values).logits
 
 
-def mobilenet_v2(batch: int = 2, size: int = 64, depth_multiplier: float = 0.35) -> Case:
+def mobilenet_v2(
+    batch: int = 2, size: int = 64, depth_multiplier: float = 0.35
+) -> Case:
     """A MobileNetV2, small by default (depth multiplier 0.35, 10 classes):
     depthwise convolutions, ReLU6 and batch norm, the training step issue 59
     times; with a multiplier of 1.0, 1000 classes (the ImageNet model)."""
