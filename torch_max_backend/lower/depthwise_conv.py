@@ -22,12 +22,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from max.dtype import DType
-from max.graph import Dim, TensorType, TensorValue, ops
+from max.graph import TensorType, TensorValue, ops
 
 from ..kernels.library import DEPTHWISE, custom
 from .context import current
 from .kit import arg_tensor, is_static, node_arg, tensor_meta
-from .shapes import SizeLike, conv_out_size, static_size
+from .shapes import SizeLike, conv_out_size, size_like
 from .transposed_conv import pair
 from .windows import window_parameters
 
@@ -67,11 +67,6 @@ def _taps(weight: TensorValue) -> TensorValue:
     return ops.reshape(ops.transpose(flat, 0, 1), [kh, kw, channels])
 
 
-def _size_like(dim: Dim) -> SizeLike:
-    size = static_size(dim)
-    return dim if size is None else size
-
-
 def depthwise_conv2d(
     input: TensorValue,
     weight: TensorValue,
@@ -91,8 +86,8 @@ def depthwise_conv2d(
     twins = current().twins  # channels-last values kept between ops
     image = twins.channels_last(input)
     n, height, width, _ = image.shape
-    out_h = conv_out_size(_size_like(height), kh, sh, ph, dh)
-    out_w = conv_out_size(_size_like(width), kw, sw, pw, dw)
+    out_h = conv_out_size(size_like(height), kh, sh, ph, dh)
+    out_w = conv_out_size(size_like(width), kw, sw, pw, dw)
     if bias is None:
         zeros = ops.constant(np.zeros(channels, np.float32), DType.float32, device)
         bias = ops.cast(zeros, input.dtype)

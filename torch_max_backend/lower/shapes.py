@@ -95,6 +95,12 @@ def static_size(dim: Dim) -> int | None:
     return int(dim) if isinstance(dim, StaticDim) else None
 
 
+def size_like(dim: Dim) -> SizeLike:
+    """A static size as an int, a symbolic one as the dim it is."""
+    size = static_size(dim)
+    return dim if size is None else size
+
+
 def size_product(sizes: Sequence[SizeLike]) -> Dim:
     """The product of ``sizes``, static when they all are."""
     total: Dim = StaticDim(1)

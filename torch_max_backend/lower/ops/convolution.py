@@ -20,7 +20,7 @@ from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
 from ..opmath import accumulated
 from ..products import product
 from ..registry import Strategy, lowering_strategies
-from ..shapes import SizeLike, conv_out_size, static_size
+from ..shapes import SizeLike, conv_out_size, size_like, static_size
 from ..transposed_conv import over_unit_height, pair, per_axis, transposed_conv
 
 aten = torch.ops.aten
@@ -84,11 +84,6 @@ _MATMUL_MAX_PIXELS = 16 * 16
 _MATMUL_MIN_FILTER = 1 << 20
 
 
-def _size_like(dim: Dim) -> SizeLike:
-    size = static_size(dim)
-    return dim if size is None else size
-
-
 def _conv2d_as_matmul(
     input: TensorValue,
     weight: TensorValue,
@@ -102,8 +97,8 @@ def _conv2d_as_matmul(
     torch's OIHW layout as it is: the filter is not permuted."""
     out_channels, channels, kh, kw = (int(d) for d in weight.shape)
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    out_h = conv_out_size(_size_like(input.shape[2]), kh, sh, ph, dh)
-    out_w = conv_out_size(_size_like(input.shape[3]), kw, sw, pw, dw)
+    out_h = conv_out_size(size_like(input.shape[2]), kh, sh, ph, dh)
+    out_w = conv_out_size(size_like(input.shape[3]), kw, sw, pw, dw)
     ctx = current()
     filters = ctx.twins.twin(weight)
     if filters is not None and isinstance(out_h, int) and isinstance(out_w, int):
