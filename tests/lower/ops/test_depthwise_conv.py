@@ -59,3 +59,29 @@ def test_depthwise_convolutions_and_their_input_gradients(max_calls, graph_texts
     forward, backward = graph_texts()
     assert forward.count('"torch_max_backend_depthwise_conv"') == 6
     assert backward.count('"torch_max_backend_depthwise_input_grad"') == 5
+
+
+def test_depthwise_convolutions_with_symbolic_sizes(max_calls, graph_texts):
+    # Every size symbolic but the channels and the filter (a prompt of any
+    # length through mamba's padded 1-d filter, images of any size): the
+    # kernels read the sizes at run time; two shapes, one graph.
+    torch.manual_seed(0)
+    sequence = torch.nn.Conv1d(10, 10, 4, padding=3, groups=10)
+    strided = torch.nn.Conv2d(6, 6, 3, stride=2, padding=1, groups=6)
+
+    def fn(x, image):
+        return sequence(x)[..., : x.shape[-1]], strided(image)
+
+    compiled = torch.compile(
+        fn, backend=max_backend, dynamic=True, options={"strict": True}
+    )
+    with torch.no_grad():
+        for length, height in [(13, 9), (6, 12)]:
+            x = torch.randn(2, 10, length)
+            image = torch.randn(1, 6, height, height + 3)
+            torch.testing.assert_close(
+                compiled(x, image), fn(x, image), rtol=1e-5, atol=1e-5
+            )
+    assert max_calls.count == 2
+    (text,) = graph_texts()
+    assert text.count('"torch_max_backend_depthwise_conv"') == 2
