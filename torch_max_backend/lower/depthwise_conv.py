@@ -125,3 +125,31 @@ def depthwise_input_grad(
         parameters=window_parameters((kh, kw), stride, padding, dilation),
     )
     return twins.channels_first(out)
+
+
+def depthwise_weight_grad(
+    grad: TensorValue,
+    input: TensorValue,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> TensorValue:
+    """The weight gradient [C, 1, kh, kw] of a depthwise 2-d convolution of
+    ``input`` whose output's gradient is ``grad``, summed over the
+    channels-last images a vector of channels at a time."""
+    kh, kw = kernel
+    device = current().device
+    twins = current().twins
+    g = twins.channels_last(grad)
+    channels = int(g.shape[3])
+    (taps,) = custom(
+        DEPTHWISE,
+        "torch_max_backend_depthwise_weight_grad_last",
+        [g, twins.channels_last(input)],
+        [TensorType(grad.dtype, [kh, kw, channels], device)],
+        device,
+        parameters=window_parameters((kh, kw), stride, padding, dilation),
+    )
+    flat = ops.transpose(ops.reshape(taps, [kh * kw, channels]), 0, 1)
+    return ops.reshape(flat, [channels, 1, kh, kw])

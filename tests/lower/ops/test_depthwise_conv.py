@@ -59,6 +59,8 @@ def test_depthwise_convolutions_and_their_input_gradients(max_calls, graph_texts
     forward, backward = graph_texts()
     assert forward.count('"torch_max_backend_depthwise_conv"') == 6
     assert backward.count('"torch_max_backend_depthwise_input_grad"') == 5
+    # Six weight gradients: the bfloat16 layer's weight too.
+    assert backward.count('"torch_max_backend_depthwise_weight_grad_last"') == 6
 
 
 def test_depthwise_convolutions_with_symbolic_sizes(max_calls, graph_texts):

@@ -309,3 +309,127 @@ struct DepthwiseInputGrad:
                     c += 1
 
         parallelize(row, grad.dim_size(0) * height)
+
+
+@always_inline
+def _tap_sum[
+    dtype: DType, //, lanes: Int, sw: Int, dw: Int
+](
+    grad: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
+    x: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
+    rows: Int,
+    row_step: Int,
+    x_row_step: Int,
+    ow_lo: Int,
+    ow_hi: Int,
+    channels: Int,
+) -> SIMD[ACC, lanes]:
+    """The sum over `rows` output rows and the columns [ow_lo, ow_hi) of
+    grad[r, ow] * x[r, ow * sw + j * dw] for `lanes` channels: `grad`
+    points at the first row's output pixel 0, `x` at the input pixel its
+    tap reads for output column 0 of that row (which may lie in the
+    padding: only columns inside are read)."""
+    var total = SIMD[ACC, lanes](0)
+    for r in range(rows):
+        var g_row = grad.unsafe_offset(r * row_step)
+        var x_row = x.unsafe_offset(r * x_row_step)
+        for ow in range(ow_lo, ow_hi):
+            var g = g_row.unsafe_offset(ow * channels).unsafe_load[width=lanes]()
+            var v = x_row.unsafe_offset(ow * sw * channels).unsafe_load[width=lanes]()
+            total += g.cast[ACC]() * v.cast[ACC]()
+    return total
+
+
+@extensibility.register("torch_max_backend_depthwise_weight_grad_last")
+struct DepthwiseWeightGradLast:
+    """The weight gradient of that convolution, [kh, kw, C]: `output[i, j,
+    c]` = the sum over images n and output pixels (oh, ow) of `grad[n, oh,
+    ow, c] * x[n, oh * sh - ph + i * dh, ow * sw - pw + j * dw, c]`,
+    pixels in the padding adding nothing. `grad` is (N, out_h, out_w, C),
+    `x` (N, H, W, C): vectors of channels for every stride, where the
+    channels-first kernel (kernels/mojo/depthwise_weight_grad.mojo) reads
+    single values but for stride 1. One task per tap and vector of
+    channels. CPU only.
+    """
+
+    @staticmethod
+    def execute[
+        dtype: DType,
+        //,
+        kh: Int,
+        kw: Int,
+        sh: Int,
+        sw: Int,
+        ph: Int,
+        pw: Int,
+        dh: Int,
+        dw: Int,
+        target: StaticString,
+    ](
+        output: OutputTensor[dtype=dtype, rank=3, ...],
+        grad: InputTensor[dtype=dtype, rank=4, ...],
+        x: InputTensor[dtype=dtype, rank=4, ...],
+        ctx: DeviceContext,
+    ) raises:
+        comptime assert target == "cpu", "torch_max_backend_depthwise_weight_grad_last runs on CPU"
+        comptime lanes = simd_width_of[ACC]()
+        var batch = grad.dim_size(0)
+        var out_h = grad.dim_size(1)
+        var out_w = grad.dim_size(2)
+        var channels = grad.dim_size(3)
+        var height = x.dim_size(1)
+        var width = x.dim_size(2)
+        var gp = grad.unsafe_ptr()
+        var xp = x.unsafe_ptr()
+        var op = output.unsafe_ptr()
+        var chunks = (channels + lanes - 1) // lanes
+
+        def tap(task: Int) {var}:
+            var t = task // chunks
+            var c = (task % chunks) * lanes
+            var i = t // kw
+            var j = t % kw
+            # The output rows and columns whose tap (i, j) lies inside.
+            var oh_lo = 0
+            while oh_lo < out_h and oh_lo * sh - ph + i * dh < 0:
+                oh_lo += 1
+            var oh_hi = out_h
+            while oh_hi > oh_lo and (oh_hi - 1) * sh - ph + i * dh >= height:
+                oh_hi -= 1
+            var ow_lo = 0
+            while ow_lo < out_w and ow_lo * sw - pw + j * dw < 0:
+                ow_lo += 1
+            var ow_hi = out_w
+            while ow_hi > ow_lo and (ow_hi - 1) * sw - pw + j * dw >= width:
+                ow_hi -= 1
+            var row_step = out_w * channels
+            var x_row_step = sh * width * channels
+            var total = SIMD[ACC, lanes](0)
+            var tail = min(lanes, channels - c)
+            for n in range(batch):
+                var g0 = gp.unsafe_offset((n * out_h + oh_lo) * row_step + c)
+                var x0 = xp.unsafe_offset(
+                    ((n * height + oh_lo * sh - ph + i * dh) * width - pw + j * dw)
+                    * channels
+                    + c
+                )
+                if tail == lanes:
+                    total += _tap_sum[lanes, sw, dw](
+                        g0, x0, oh_hi - oh_lo, row_step, x_row_step,
+                        ow_lo, ow_hi, channels,
+                    )
+                else:
+                    for k in range(tail):
+                        total[k] += _tap_sum[1, sw, dw](
+                            g0.unsafe_offset(k), x0.unsafe_offset(k),
+                            oh_hi - oh_lo, row_step, x_row_step,
+                            ow_lo, ow_hi, channels,
+                        )
+            var dst = op.unsafe_offset(t * channels + c)
+            if tail == lanes:
+                dst.unsafe_store(total.cast[dtype]())
+            else:
+                for k in range(tail):
+                    dst.unsafe_offset(k).unsafe_store(total[k].cast[dtype]())
+
+        parallelize(tap, kh * kw * chunks)

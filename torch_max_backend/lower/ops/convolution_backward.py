@@ -24,7 +24,7 @@ from max.graph import Dim, TensorValue, ops
 from .. import conv_columns
 from ..context import current
 from ..conv_pixels import weight_grad_by_pixels
-from ..depthwise_conv import depthwise_input_grad
+from ..depthwise_conv import depthwise_input_grad, depthwise_weight_grad
 from ..float32_products import matmul
 from ..kit import arg_tensor, is_static, node_arg
 from ..opmath import accumulated
@@ -126,7 +126,10 @@ def _grouped_weight_grad(
     out_channels = int(grad.shape[1])
     c_group = channels // groups
     o_group = out_channels // groups
-    if c_group == 1 and len(kernel) == 2 and current().device.is_cpu():
+    on_cpu = len(kernel) == 2 and current().device.is_cpu()
+    if on_cpu and channels == groups == out_channels and grad.dtype in _KERNEL_DTYPES:
+        return depthwise_weight_grad(grad, input, kernel, stride, padding, dilation)
+    if c_group == 1 and on_cpu:
 
         def summed(g: TensorValue, x: TensorValue) -> TensorValue:
             return conv_columns.depthwise_weight_grad(
