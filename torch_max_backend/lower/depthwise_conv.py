@@ -2,8 +2,7 @@
 
 A depthwise convolution filters each channel by its own window (groups =
 input channels = output channels): MobileNet's and EfficientNet's 3x3 and
-5x5 layers, ConvNeXt's 7x7, the short 1-d filter of mamba's and
-wav2vec2-style blocks. MAX 26.7's grouped conv2d ran such layers 10-40x
+5x5 layers, ConvNeXt's 7x7, mamba's short 1-d filter. MAX 26.7's grouped conv2d ran such layers 10-40x
 slower than eager PyTorch on the CPU (AMD EPYC Zen 3: a 7x7 layer over
 [1, 96, 56, 56] 10.5 ms against 0.5; docs/benchmarks.md, "Depthwise
 convolutions"). Our kernels read the channels-last image and write the
@@ -11,8 +10,11 @@ output channels-last, kept as its twin (lower/layout.py) for the next
 layer, and sum each window in float32 for every float type.
 
 The input gradient is the same window sum read from the other side
-(``depthwise_input_grad``); the weight gradient already has a kernel of its
-own (conv_columns.depthwise_weight_grad).
+(``depthwise_input_grad``); the weight gradient sums each tap's products
+over the channels-last images (``depthwise_weight_grad``), a vector of
+channels for every stride, where the channels-first kernel it replaces for
+one output channel a channel (conv_columns.depthwise_weight_grad, still
+used for channel multipliers) reads single values but for stride 1.
 """
 
 from __future__ import annotations
