@@ -38,11 +38,6 @@ def pixel_windows(
     kw * C] matrix, each output pixel's a row in (kernel row, kernel column,
     channel) order."""
     n, _, _, channels = image.shape
-    if tuple(kernel) == (1, 1) and tuple(stride) == (1, 1) and not any(padding):
-        # A 1x1 window is its pixel: the image is that matrix already, and
-        # a copy of it would only add a pass over memory (MobileNet's
-        # pointwise layers).
-        return ops.reshape(image, [n * out_size[0] * out_size[1], channels])
     rows = int(channels) * kernel[0] * kernel[1]
     device = current().device
     (cols,) = custom(
