@@ -35,6 +35,7 @@ from .windows import window_parameters
 
 # The float types the kernels sum (in float32) and write.
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_MAX_DTYPES = (DType.float32, DType.bfloat16, DType.float16)
 
 
 def is_depthwise(weight: torch.Tensor, channels: object, groups: int) -> bool:
@@ -42,6 +43,15 @@ def is_depthwise(weight: torch.Tensor, channels: object, groups: int) -> bool:
     [O, C / groups, *kernel] in ``groups`` groups filters each channel by
     its own window (one input and one output channel a group)."""
     return int(weight.shape[1]) == 1 and groups == weight.shape[0] == channels
+
+
+def kernels_take(grad: TensorValue, channels: int, groups: int) -> bool:
+    """Whether the kernels take the backward of a convolution of ``channels``
+    input channels in ``groups`` groups whose output's gradient is ``grad``:
+    depthwise (a group each input and each output channel), of a float type
+    they sum."""
+    out_channels = int(grad.shape[1])
+    return groups == out_channels == channels and grad.dtype in _MAX_DTYPES
 
 
 def depthwise_fits(node: torch.fx.Node) -> str | None:

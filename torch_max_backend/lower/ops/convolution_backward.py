@@ -18,13 +18,11 @@ import math
 from collections.abc import Sequence
 
 import torch
-from max.dtype import DType
 from max.graph import Dim, TensorValue, ops
 
-from .. import conv_columns
+from .. import conv_columns, depthwise_conv
 from ..context import current
 from ..conv_pixels import weight_grad_by_pixels
-from ..depthwise_conv import depthwise_input_grad, depthwise_weight_grad
 from ..float32_products import matmul
 from ..kit import arg_tensor, is_static, node_arg
 from ..opmath import accumulated
@@ -127,8 +125,10 @@ def _grouped_weight_grad(
     c_group = channels // groups
     o_group = out_channels // groups
     on_cpu = len(kernel) == 2 and current().device.is_cpu()
-    if on_cpu and channels == groups == out_channels and grad.dtype in _KERNEL_DTYPES:
-        return depthwise_weight_grad(grad, input, kernel, stride, padding, dilation)
+    if on_cpu and depthwise_conv.kernels_take(grad, channels, groups):
+        return depthwise_conv.depthwise_weight_grad(
+            grad, input, kernel, stride, padding, dilation
+        )
     if c_group == 1 and on_cpu:
 
         def summed(g: TensorValue, x: TensorValue) -> TensorValue:
@@ -228,9 +228,6 @@ def _weight_grad(
 # value-by-value col2im, MAX's conv2d had won at 28x28 (AMD EPYC Zen 4).
 INPUT_GRAD_MAX_PIXELS = 56 * 56
 
-# The float types our depthwise input gradient's kernel reads.
-_KERNEL_DTYPES = (DType.float32, DType.bfloat16, DType.float16)
-
 
 def _input_grad_by_columns(grad: TensorValue, stride: Sequence[int]) -> bool:
     """Whether an ungrouped 2-d convolution's input gradient is built by
@@ -252,11 +249,10 @@ def _plain_input_grad(
 ) -> TensorValue:
     size = tuple(_size(d) for d in input.shape[2:])
     on_cpu = len(size) == 2 and current().device.is_cpu()
-    if on_cpu and grad.dtype in _KERNEL_DTYPES:
-        # Depthwise: one input and one output channel a group.
-        channels = int(input.shape[1])
-        if int(weight.shape[1]) == 1 and groups == int(weight.shape[0]) == channels:
-            return depthwise_input_grad(grad, weight, size, stride, padding, dilation)
+    if on_cpu and depthwise_conv.kernels_take(grad, int(input.shape[1]), groups):
+        return depthwise_conv.depthwise_input_grad(
+            grad, weight, size, stride, padding, dilation
+        )
     on_columns = groups == 1 and on_cpu
     if on_columns and _input_grad_by_columns(grad, stride):
         return conv_columns.input_grad(grad, weight, size, stride, padding, dilation)
