@@ -25,15 +25,34 @@ COUNT = "torch_max_backend_adam_count"
 SHAPES = [(40, 37), (5,), (3, 4, 6)]
 
 
+def _channels_last(p: torch.nn.Parameter) -> torch.nn.Parameter:
+    """``p`` laid out as ``model.to(memory_format=torch.channels_last)`` lays
+    out a 4-d parameter, its gradient left contiguous (as our backward
+    gives it). A depthwise filter [C, 1, kh, kw] gets strides (kh * kw, 1,
+    kw, 1): torch's ``contiguous`` would keep (kh * kw, kh * kw, kw, 1),
+    the same memory order."""
+    if p.dim() != 4:
+        return p
+    _, c, h, w = p.shape
+    laid = torch.empty_strided(p.shape, (c * h * w, 1, w * c, c))
+    moved = torch.nn.Parameter(laid.copy_(p.detach()))
+    moved.grad = p.grad
+    return moved
+
+
 def _optimizer(
     kind: str,
     shapes: list[tuple[int, ...]],
     lr: object = 1e-2,
+    channels_last: bool = False,
     **options,
 ) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
     """Parameters with gradients (the same for every call: seeded) and their
-    optimizer, its state set as its first step would create it."""
+    optimizer, its state set as its first step would create it; with
+    ``channels_last``, 4-d parameters and their state laid out so."""
     params = params_with_grads(shapes)
+    if channels_last:
+        params = [_channels_last(p) for p in params]
     make = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
     optimizer = make(params, lr=lr, **options)
     for p in params:
@@ -50,10 +69,11 @@ def _optimizer(
 
 def _steps_match_eager(kind: str, shapes, rates=(None,) * 3, **options) -> None:
     """One compiled step and one eager step per rate (a tensor learning
-    rate set to it first, where given); parameters and state then match."""
+    rate set to it first, where given); parameters and state then match.
+    Strict: no op of the step runs in PyTorch."""
     params, optimizer = _optimizer(kind, shapes, **options)
     expected, reference = _optimizer(kind, shapes, **options)
-    step = torch.compile(optimizer.step, backend=max_backend)
+    step = torch.compile(optimizer.step, backend=max_backend, options={"strict": True})
     for rate in rates:
         if rate is not None:
             for group in (*optimizer.param_groups, *reference.param_groups):
@@ -122,6 +142,20 @@ def test_updates_past_the_buffer_budget_are_kernels_too(graph_texts):
     _steps_match_eager("adamw", [(7, i + 1) for i in range(30)])
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == 30
+
+
+def test_a_depthwise_filter_laid_out_channels_last_is_one_kernel(graph_texts):
+    """A channels-last depthwise filter's strides differ from its
+    contiguous gradient's in the size-1 dim alone; torch's lerp then copies
+    the new first moment to the filter's strides (``prims.copy_strided``).
+    That copy moves nothing in a graph of values: the update is still one
+    kernel each, and nothing of the step runs in PyTorch (where a
+    channels-last MobileNetV2's AdamW step had run 17 such copies, split
+    the update graph and written every parameter back by copy)."""
+    shapes = [(6, 1, 3, 3), (4, 3, 3, 3), (5,)]
+    _steps_match_eager("adamw", shapes, channels_last=True)
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(shapes)
 
 
 def test_what_the_kernel_does_not_cover_is_lowered_as_written(graph_texts):

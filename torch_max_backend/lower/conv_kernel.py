@@ -22,7 +22,7 @@ from max.graph import TensorValue, ops
 from ..kernels.tiled_conv import KERNEL as KERNEL
 from ..kernels.tiled_conv import tiled_conv
 from .context import current
-from .kit import arg_tensor, is_static, node_arg, tensor_meta
+from .kit import arg_tensor, device_of, is_static, node_arg, tensor_meta
 from .transposed_conv import pair
 
 
@@ -33,7 +33,7 @@ def tiled_conv_fits(node: torch.fx.Node) -> str | None:
     weight, out = arg_tensor(node, 1, "weight"), tensor_meta(node)
     if node_arg(node, 6, "transposed", False) or weight.dim() not in (3, 4):
         return "not a 1-d or 2-d convolution"
-    if out is None or out.device.type != "cpu":
+    if out is None or device_of(out).type != "cpu":
         return "not on the CPU"
     if out.dtype != torch.float32:
         return f"{out.dtype} (the kernel takes float32)"

@@ -28,7 +28,7 @@ from max.graph import TensorType, TensorValue, ops
 
 from ..kernels.library import DEPTHWISE, custom
 from .context import current
-from .kit import arg_tensor, is_static, node_arg, tensor_meta
+from .kit import arg_tensor, device_of, is_static, node_arg, tensor_meta
 from .shapes import SizeLike, conv_out_size, size_like
 from .transposed_conv import pair
 from .windows import window_parameters
@@ -61,7 +61,7 @@ def depthwise_fits(node: torch.fx.Node) -> str | None:
     out = tensor_meta(node)
     if node_arg(node, 6, "transposed", False) or weight.dim() not in (3, 4):
         return "not a 1-d or 2-d convolution"
-    if out is None or out.device.type != "cpu":
+    if out is None or device_of(out).type != "cpu":
         return "not on the CPU"
     if out.dtype not in KERNEL_DTYPES:
         return f"{out.dtype} (the kernel takes float32, bfloat16 and float16)"

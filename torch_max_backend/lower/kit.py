@@ -64,6 +64,15 @@ def fake_tensor(value: object) -> torch.Tensor:
     return meta
 
 
+def device_of(meta: torch.Tensor) -> torch.device:
+    """A traced tensor's device. A fake tensor's own (``fake_device``): its
+    ``device`` reads "meta" while any thread runs a kernel in its fake mode,
+    and graphs are built on threads of ours while Dynamo traces on its own
+    (a product upgrade, a background compile)."""
+    fake = getattr(meta, "fake_device", None)
+    return fake if isinstance(fake, torch.device) else meta.device
+
+
 def arg_tensor(node: torch.fx.Node, index: int, name: str = "") -> torch.Tensor:
     """The fake tensor of tensor argument ``index``/``name`` of ``node``."""
     return fake_tensor(node_arg(node, index, name, None))

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from max.graph import Graph, TensorValue, ops
 
-from .kit import size_hint
+from .kit import device_of, size_hint
 from .shapes import static_size
 
 
@@ -69,7 +69,7 @@ def takes_channels_last(meta: torch.Tensor) -> bool:
     channels-last permute whatever its layout at a call, which the call
     path makes as a view where it is dense and copies where not.
     (Dynamo makes strides symbolic once a frame meets a second layout.)"""
-    if meta.device.type != "cpu" or meta.dim() not in (4, 5):
+    if device_of(meta).type != "cpu" or meta.dim() not in (4, 5):
         return False
     if not all(isinstance(s, int) for s in meta.shape[1:]):
         return False

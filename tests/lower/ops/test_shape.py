@@ -59,6 +59,7 @@ OUTSIDE_OPINFO = (
     "aten.lift_fresh_copy.default",
     "aten.reshape.default",
     "prims.convert_element_type.default",
+    "prims.copy_strided.default",  # tests/lower/test_strided_copies.py
 )
 
 

@@ -23,6 +23,7 @@ every step, and its gradients transposed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import torch
@@ -32,18 +33,24 @@ from ..kit import size_hint
 from ..layout import takes_channels_last, to_last
 from ..passes import OptimizerUpdate
 
-__all__ = ["as_taken", "channels_last_value", "raw_updates", "takes_channels_last"]
+__all__ = ["channels_last_value", "raw_updates", "taken_shape", "takes_channels_last"]
 
 
-def as_taken(meta: torch.Tensor) -> torch.Tensor:
-    """The input's meta as the graph takes it: N, *spatial, C flattened past
+def taken_shape(meta: torch.Tensor) -> list[int | torch.SymInt]:
+    """The input's shape as the graph takes it: N, *spatial, C flattened past
     N. Flat, because MAX folds a transposed operand into its matmul only
     where the transpose reads a graph input, or a reshape that gives one
     back: a channels-last filter read as [O, kh * kw * C] through a reshape
     of a 4-d input was transposed at every call (196 x 2304 x 256: 2.6 ms
     against 2.0, AMD EPYC Zen 3). The batch stays the first dim, so a
-    symbolic one is named where it was."""
-    return meta.permute(to_last(meta.dim())).flatten(1)
+    symbolic one is named where it was.
+
+    Arithmetic on the sizes, not an op on the fake tensor: a fake op marks
+    the fake mode, which Dynamo's own thread shares with a build on a
+    thread of ours, as inside a kernel, and that thread then read its fake
+    tensors' devices as "meta" (a channels-last MobileNetV2's loss gradient
+    fell back to PyTorch, now and then, for a copy "between devices")."""
+    return [meta.shape[0], math.prod(int(s) for s in meta.shape[1:])]
 
 
 def channels_last_value(taken: TensorValue, meta: torch.Tensor) -> TensorValue:

@@ -31,6 +31,7 @@ import torch
 from torch._ops import OpOverload
 
 from ... import logs
+from ..kit import device_of
 from ..passes import CallerOutputs
 from ..registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 from ..row_products import ROW_PRODUCTS
@@ -73,7 +74,7 @@ def _meta(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return (
             f"T({value.dtype},{tuple(str(s) for s in value.shape)},"
-            f"{tuple(str(s) for s in value.stride())},{value.device})"
+            f"{tuple(str(s) for s in value.stride())},{device_of(value)})"
         )
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_meta(v) for v in value) + "]"

@@ -28,6 +28,7 @@ from max.graph import DeviceRef, TensorType, TensorValue, ops
 
 from ...dtypes import to_max_dtype
 from ..checks import Checks, collecting
+from ..kit import device_of
 from ..registry import draws_random
 from ..shapes import max_dim
 
@@ -82,7 +83,7 @@ def why_not_cond(
     )
     if not isinstance(pred, torch.Tensor) or pred.numel() != 1:
         return "a predicate that is not a one-element tensor"
-    if pred.device.type != "cpu":
+    if device_of(pred).type != "cpu":
         return "a predicate off the CPU (MAX's cond takes it on the CPU)"
     results = node.meta.get("val")
     if not all(isinstance(r, torch.Tensor) for r in results or ()):
@@ -227,7 +228,7 @@ def why_not_while_loop(
     ]
     if not carried or not all(isinstance(c, torch.Tensor) for c in carried):
         return "carried values that are not tensors"
-    if any(c.device.type != "cpu" for c in carried):
+    if any(device_of(c).type != "cpu" for c in carried):
         return "carried values off the CPU (MAX's loop predicate lives there)"
     results = node.meta.get("val") or ()
     same = len(results) == len(carried) and all(

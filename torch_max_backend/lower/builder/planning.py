@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import sympy
@@ -20,6 +21,7 @@ from ...dtypes import to_device_ref, to_max_dtype
 from ...errors import MaxCompilerError
 from ...kernels.weight_packing import packed_length
 from ...plan import InputKind, InputSource
+from ..kit import device_of
 from ..opmath import HALF
 from ..packed_products import FROZEN_WEIGHTS, packed_weight
 from ..passes import GraphFindings, OptimizerUpdate
@@ -27,7 +29,7 @@ from ..product_choice import PACKED
 from ..registry import draws_random, lifts_scalars
 from ..shapes import expression_dim, max_dim
 from .capability import lowering_of, strategy_of
-from .channels_last_inputs import as_taken, raw_updates, takes_channels_last
+from .channels_last_inputs import raw_updates, taken_shape, takes_channels_last
 from .int_inputs import (
     carrier_type,
     int_input_kind,
@@ -47,7 +49,7 @@ def graph_device(gm: torch.fx.GraphModule) -> torch.device:
     for node in gm.graph.nodes:
         meta = node.meta.get("val")
         if node.op == "placeholder" and isinstance(meta, torch.Tensor):
-            devices[meta.device] += 1
+            devices[device_of(meta)] += 1
     if len(devices) > 1:
         listing = ", ".join(str(d) for d in devices)
         raise MaxCompilerError(
@@ -60,7 +62,7 @@ def graph_device(gm: torch.fx.GraphModule) -> torch.device:
     for node in gm.graph.nodes:
         meta = node.meta.get("val")
         if isinstance(meta, torch.Tensor):
-            return meta.device
+            return device_of(meta)
     return torch.device("cpu")
 
 
@@ -154,10 +156,13 @@ class InputPlan:
         where: str,
         mutable: bool = False,
         device_ref: DeviceRef | None = None,
+        taken: Sequence[int | torch.SymInt] | None = None,
     ) -> int:
+        """The MAX input for ``source``: ``meta``'s dtype, and its shape or
+        the ``taken`` one (a channels-last input's)."""
         index = len(self.sources)
         shape: list[int | str] = []
-        for d, size in enumerate(meta.shape):
+        for d, size in enumerate(meta.shape if taken is None else taken):
             expr = size.node.expr if isinstance(size, torch.SymInt) else None
             if expr is None or expr.is_Symbol or expr.is_number:
                 shape.append(max_dim(size, where))
@@ -238,11 +243,15 @@ class InputPlan:
                 ):
                     self.channels_last.add(node)
                     source = InputSource(InputKind.CHANNELS_LAST, i)
-                    taken = as_taken(meta)
+                    taken = taken_shape(meta)
                 else:
-                    source, taken = InputSource(InputKind.FX_INPUT, i), meta
+                    source, taken = InputSource(InputKind.FX_INPUT, i), None
                 self.input_of[node] = self._add(
-                    source, taken, f"input {node.name}", mutable=node in self.buffered
+                    source,
+                    meta,
+                    f"input {node.name}",
+                    mutable=node in self.buffered,
+                    taken=taken,
                 )
                 for d, size in enumerate(meta.shape):
                     if isinstance(size, torch.SymInt) and isinstance(

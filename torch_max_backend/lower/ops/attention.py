@@ -26,7 +26,7 @@ from max.graph.ops.reduction import max as reduce_max
 
 from ..bfloat16_rounding import cast_to
 from ..context import derived_once, unread_output
-from ..kit import fake_tensor, outputs_read, schema_args, unrepeated
+from ..kit import device_of, fake_tensor, outputs_read, schema_args, unrepeated
 from ..one_query_attention import one_query_attention, one_query_fits
 from ..products import product, product_by_rows
 from ..registry import Strategy, lowering, lowering_strategies
@@ -195,7 +195,7 @@ def _backward(
 
 def _lse_unread_on_cpu(node: torch.fx.Node) -> str | None:
     """Nothing reads the log-sum-exp output (inference); on the CPU."""
-    if fake_tensor(schema_args(node)["query"]).device.type != "cpu":
+    if device_of(fake_tensor(schema_args(node)["query"])).type != "cpu":
         # What MAX compiles the inference forms into, and what they cost,
         # was checked on the CPU only: a GPU graph keeps the log-sum-exp.
         return "not on the CPU"

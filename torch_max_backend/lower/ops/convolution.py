@@ -16,7 +16,7 @@ from ..conv_columns import windows
 from ..conv_kernel import rscf_filters, tiled_conv2d, tiled_conv_fits
 from ..conv_pixels import conv2d_by_pixels
 from ..depthwise_conv import depthwise_conv2d, depthwise_fits
-from ..kit import arg_tensor, is_static, node_arg, size_hint, tensor_meta
+from ..kit import arg_tensor, device_of, is_static, node_arg, size_hint, tensor_meta
 from ..opmath import accumulated
 from ..products import product
 from ..registry import Strategy, lowering_strategies
@@ -181,7 +181,7 @@ def matmul_pays(node: torch.fx.Node) -> str | None:
     weight, out = _weight(node), tensor_meta(node)
     if _transposed_node(node) or weight.dim() == 5:
         return "not a 1-d or 2-d convolution"
-    if out is None or out.device.type != "cpu":
+    if out is None or device_of(out).type != "cpu":
         return "not on the CPU (GPUs keep MAX's conv kernel)"
     if node_arg(node, 8, "groups", 1) != 1:
         return "grouped"

@@ -24,7 +24,7 @@ from .. import conv_columns, depthwise_conv
 from ..context import current
 from ..conv_pixels import weight_grad_by_pixels
 from ..float32_products import matmul
-from ..kit import arg_tensor, is_static, node_arg
+from ..kit import arg_tensor, device_of, is_static, node_arg
 from ..opmath import accumulated
 from ..output_meta import in_meta_dtypes, wanted_outputs
 from ..reduced_axes import sum_to
@@ -68,7 +68,7 @@ def _by_window_kernels(node: torch.fx.Node) -> bool:
     weight = arg_tensor(node, 2)
     transposed = node_arg(node, 7, "transposed", False)
     groups = node_arg(node, 9, "groups", 1)
-    device = arg_tensor(node, 0).device.type
+    device = device_of(arg_tensor(node, 0)).type
     return weight.dim() in (3, 4) and not transposed and groups == 1 and device == "cpu"
 
 

@@ -12,7 +12,7 @@ from max.dtype import DType
 from max.graph import TensorValue, ops
 
 from ..context import current
-from ..kit import arg_tensor
+from ..kit import arg_tensor, device_of
 from ..opmath import accumulated
 from ..packed_products import packed_fits, packed_product
 from ..product_choice import PACKED, choose_by_measurement
@@ -113,7 +113,7 @@ def _row_products_fit(node: torch.fx.Node) -> str | None:
     x, weights = node.args[0].meta["val"], [w.meta["val"] for w in node.args[1]]
     if len(weights) not in KERNELS:
         return f"{len(weights)} weights, not 2 or 3"
-    if x.device.type != "cpu" or any(w.device.type != "cpu" for w in weights):
+    if any(device_of(t).type != "cpu" for t in (x, *weights)):
         return "not on the CPU"
     if x.dtype != torch.float32 or any(w.dtype != torch.float32 for w in weights):
         return "not float32"

@@ -13,7 +13,7 @@ from max.graph import DeviceRef, Dim, TensorValue, ops
 from ...dtypes import accumulation_dtype
 from .. import norm_kernels
 from ..context import unread_output
-from ..kit import empty_input, outputs_read, schema_args, tensor_meta
+from ..kit import device_of, empty_input, outputs_read, schema_args, tensor_meta
 from ..output_meta import in_meta_dtypes
 from ..per_channel import channel_view, normalized_channels
 from ..registry import Strategy, lowering, lowering_strategies
@@ -126,7 +126,7 @@ def _statistics_on_cpu(node: torch.fx.Node) -> str | None:
     """The CPU, float32 or half precision (computed in float32), a static normalized shape."""
     args = schema_args(node)
     meta = tensor_meta(args["input"])
-    if meta is not None and meta.device.type != "cpu":
+    if meta is not None and device_of(meta).type != "cpu":
         return "not on the CPU (our kernel is the CPU's)"
     return _kernel_rows(args)
 

@@ -12,7 +12,7 @@ import torch
 from max.graph import Dim, TensorValue, ops
 
 from ...dtypes import to_max_dtype
-from ..kit import arg_tensor
+from ..kit import arg_tensor, device_of
 from ..registry import lowering
 from ..scalars import as_tensor, out_max_dtype, result_dtype
 from ..shapes import (
@@ -196,12 +196,23 @@ def clone(
     return self
 
 
+@lowering(torch.ops.prims.copy_strided.default)
+def copy_strided(self: TensorValue, stride: Sequence[object]) -> TensorValue:
+    """prims::copy_strided(Tensor a, SymInt[] stride) -> Tensor
+
+    The values as they are: a graph holds no layouts. The strides are the
+    node's own (its traced meta), which a graph output or a strided view
+    reading it follows (passes/strided_copies.py drops the copies nothing
+    reads the strides of)."""
+    return self
+
+
 def _same_device(node: torch.fx.Node) -> str | None:
     """No device change inside a graph (one MAX graph runs on one device)."""
     device = node.kwargs.get("device")
     if device is None:
         return None
-    source = arg_tensor(node, 0).device
+    source = device_of(arg_tensor(node, 0))
     if torch.device(device) != source:
         return f"copy between devices ({source} -> {device})"
     return None

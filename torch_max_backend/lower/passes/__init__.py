@@ -38,6 +38,7 @@ from .repeats import without_repeats
 from .rms_norms import with_rms_norms
 from .sibling_products import STANDS_FOR, with_sibling_products
 from .slot_writes import find_slot_writes
+from .strided_copies import without_strided_copies
 
 __all__ = [
     "ALL_OUTPUTS",
@@ -76,6 +77,11 @@ class GraphPass:
 # writes go to inputs that mutations chose to write in place; the inputs
 # optimizer kernels write are always among those).
 PASSES: tuple[GraphPass, ...] = (
+    # First: a restriding copy between two ops hides the pair from every
+    # pattern after it.
+    GraphPass(
+        "strided_copies", lambda gm, found: without_strided_copies(gm), rewrites=True
+    ),
     # Before repeats: merging the squares of norms of one input would give
     # their chains shared inner nodes, which rms_norms leaves written out.
     GraphPass("rms_norms", lambda gm, found: with_rms_norms(gm), rewrites=True),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kit import is_static, tensor_meta
+from ..kit import device_of, is_static, tensor_meta
 from .findings import OptimizerUpdate
 from .mutations import writes_input
 
@@ -59,7 +59,7 @@ def kernel_may_run(update: OptimizerUpdate) -> bool:
     if any(
         t is None
         or t.dtype != torch.float32
-        or t.device.type != "cpu"
+        or device_of(t).type != "cpu"
         or not is_static(t.shape)
         or t.shape != first.shape
         for t in metas
@@ -67,7 +67,11 @@ def kernel_may_run(update: OptimizerUpdate) -> bool:
         return False
     if update.count is not None:
         count = tensor_meta(update.count.step)
-        if count is None or count.device.type != "cpu" or update.count.step in tensors:
+        if (
+            count is None
+            or device_of(count).type != "cpu"
+            or update.count.step in tensors
+        ):
             return False
     own = update.kernel_nodes
     return all(set(n.users) <= own for n in (*update.inputs_written, *update.replaced))
