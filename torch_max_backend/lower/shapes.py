@@ -95,8 +95,10 @@ def static_size(dim: Dim) -> int | None:
     return int(dim) if isinstance(dim, StaticDim) else None
 
 
-def size_like(dim: Dim) -> SizeLike:
+def size_like(dim: Dim | int) -> SizeLike:
     """A static size as an int, a symbolic one as the dim it is."""
+    if isinstance(dim, int):
+        return dim
     size = static_size(dim)
     return dim if size is None else size
 

@@ -29,7 +29,7 @@ from ..opmath import accumulated
 from ..output_meta import in_meta_dtypes, wanted_outputs
 from ..reduced_axes import sum_to
 from ..registry import lowering
-from ..shapes import static_size
+from ..shapes import size_like, static_size
 from ..transposed_conv import (
     crop,
     forward_conv,
@@ -70,14 +70,6 @@ def _by_window_kernels(node: torch.fx.Node) -> bool:
     groups = node_arg(node, 9, "groups", 1)
     device = device_of(arg_tensor(node, 0)).type
     return weight.dim() in (3, 4) and not transposed and groups == 1 and device == "cpu"
-
-
-def _size(dim: Dim | int) -> int | Dim:
-    """A static size as an int, a symbolic one as the dim it is."""
-    if isinstance(dim, int):
-        return dim
-    size = static_size(dim)
-    return dim if size is None else size
 
 
 def _windows(
@@ -169,7 +161,7 @@ def _fitted(
     where the padding is at least the stride: then the rows the windows
     read are padded and cut explicitly.
     """
-    if not all(isinstance(_size(d), int) for d in (*input.shape[2:], *out_size)):
+    if not all(isinstance(size_like(d), int) for d in (*input.shape[2:], *out_size)):
         return input, padding  # a plain convolution's windows always fit
     sizes = [int(n) for n in input.shape[2:]]
     window = (kernel, stride, padding, dilation)
@@ -203,7 +195,7 @@ def _weight_grad(
     output's gradient is ``grad``: on the CPU an ungrouped 2-d one is a
     product with its windows' matrix (conv_columns.py), or, for a filter
     given ``channels_last``, with its windows a pixel a row (conv_pixels.py)."""
-    out_size = [_size(d) for d in grad.shape[2:]]
+    out_size = [size_like(d) for d in grad.shape[2:]]
     given = input
     input, padding = _fitted(input, out_size, kernel, stride, padding, dilation)
     if groups == 1 and len(kernel) == 2 and current().device.is_cpu():
@@ -247,7 +239,7 @@ def _plain_input_grad(
     dilation: Sequence[int],
     groups: int,
 ) -> TensorValue:
-    size = tuple(_size(d) for d in input.shape[2:])
+    size = tuple(size_like(d) for d in input.shape[2:])
     on_cpu = len(size) == 2 and current().device.is_cpu()
     if on_cpu and depthwise_conv.kernels_take(grad, int(input.shape[1]), groups):
         return depthwise_conv.depthwise_input_grad(
