@@ -27,9 +27,10 @@ from .capability import (
     strategy_of,
     why_unsupported,
 )
+from .device import graph_device
 from .fingerprint import graph_fingerprint
 from .higher_order import COVERAGE as HIGHER_ORDER_COVERAGE
-from .planning import InputPlan, graph_device
+from .planning import InputPlan
 from .walk import GRAPH_NAME, BuiltGraph, NodeWalk
 
 __all__ = [

@@ -9,7 +9,6 @@ new compile); a graph with random ops takes a seed input.
 from __future__ import annotations
 
 import operator
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +20,6 @@ from ...dtypes import to_device_ref, to_max_dtype
 from ...errors import MaxCompilerError
 from ...kernels.weight_packing import packed_length
 from ...plan import InputKind, InputSource
-from ..kit import device_of
 from ..opmath import HALF
 from ..packed_products import FROZEN_WEIGHTS, packed_weight
 from ..passes import GraphFindings, OptimizerUpdate
@@ -30,6 +28,7 @@ from ..registry import draws_random, lifts_scalars
 from ..shapes import expression_dim, max_dim
 from .capability import lowering_of, strategy_of
 from .channels_last_inputs import raw_updates, taken_shape, takes_channels_last
+from .device import graph_device
 from .int_inputs import (
     carrier_type,
     int_input_kind,
@@ -41,29 +40,6 @@ from .optimizer_store import update_numbers
 
 # The seed input's metadata: one int64.
 _SEED_META = torch.empty((1,), dtype=torch.int64)
-
-
-def graph_device(gm: torch.fx.GraphModule) -> torch.device:
-    """The one device of the graph's tensor inputs (else of any tensor, else cpu)."""
-    devices: Counter[torch.device] = Counter()
-    for node in gm.graph.nodes:
-        meta = node.meta.get("val")
-        if node.op == "placeholder" and isinstance(meta, torch.Tensor):
-            devices[device_of(meta)] += 1
-    if len(devices) > 1:
-        listing = ", ".join(str(d) for d in devices)
-        raise MaxCompilerError(
-            f"the graph's inputs are on several devices ({listing}); "
-            "torch-max-backend compiles one graph per device: move the inputs "
-            "and parameters to one device"
-        )
-    if devices:
-        return next(iter(devices))
-    for node in gm.graph.nodes:
-        meta = node.meta.get("val")
-        if isinstance(meta, torch.Tensor):
-            return device_of(meta)
-    return torch.device("cpu")
 
 
 def _first_tensor_meta(values: Any) -> torch.Tensor | None:
