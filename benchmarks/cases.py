@@ -209,8 +209,9 @@ def _training(
     if first_call_only:
         return figures
     if backend == "max":
-        # The optimizer's step compiles in the background by default (its
-        # first calls run in PyTorch): the figures below are MAX's steps.
+        # The backward and the optimizer's step compile in the background by
+        # default (their first calls run in PyTorch): the figures below are
+        # MAX's steps.
         from torch_max_backend import wait_compiled
 
         wait_compiled()

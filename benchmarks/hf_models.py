@@ -136,9 +136,9 @@ def first_step_ratios(results: list[dict[str, Any]]) -> dict[str, float]:
 def _ratio_line(results: list[dict[str, Any]], jobs: int) -> str:
     ratios = first_step_ratios(results)
     within = sum(1 for ratio in ratios.values() if ratio <= 2)
-    # A step's forward and backward compile side by side in two workers, so
-    # a check paired with another's compile gets fewer cores for its step
-    # than for its one inference graph: the ratio depends on the pairing.
+    # The ratio depends on the pairing: a check paired with another's compile
+    # gets half the cores for its step's compiles as for its inference graph
+    # (by default the step waits for its forward's compile alone).
     pairing = "one check at a time" if jobs == 1 else f"{jobs} checks at a time"
     return (
         f"First training step within 2x the first inference call: {within} of "
@@ -177,8 +177,9 @@ the whole run took {minutes:.1f} minutes.
 
 MAX graphs: inference + training step (forward, backward, optimizer). First call:
 seconds of the first compiled inference call / training step, compiles included,
-with the default settings (the AdamW step's graph compiles in the background while
-its first calls run in PyTorch); training on MAX after: seconds from the first
+with the default settings (the backward's graph and the AdamW step's compile in the
+background, the backward's once the forward's is over, while their first calls run
+in PyTorch); training on MAX after: seconds from the first
 step's start until every graph of the step has compiled (a second step, checked
 against eager's, must then run wholly on MAX); MAX compile: the seconds of the
 phases spent in MAX's compiler and loader (summed over their graphs, which compile

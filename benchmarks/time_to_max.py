@@ -5,13 +5,15 @@
 
 For each ``-train`` case of the suite (benchmarks/cases.py) and each
 setting of ``background_compile`` asked for (``--background``: off,
-updates (the default setting), on; ``both`` is off and on, ``all`` the
-three), one fresh process over empty compile caches calls the compiled step
+updates, backward (the default setting), on; ``both`` is off and on,
+``all`` the four), one fresh process over empty compile caches calls the compiled step
 until a step runs with none of its graphs in PyTorch, and reports:
 
 - the first step's seconds (off: it waits for every MAX compile; updates:
-  for all but the optimizer's, whose first calls run in PyTorch; on: it
-  runs in PyTorch while MAX compiles);
+  for all but the optimizer's, whose first calls run in PyTorch; backward:
+  for the forward's alone, the backward and the optimizer's step running
+  in PyTorch until theirs are loaded; on: it runs in PyTorch while MAX
+  compiles);
 - the seconds from the first call until a step ran wholly on MAX, and how
   many steps ran before it (each of those ran some graph in PyTorch);
 - the median of five steps after that.
@@ -49,13 +51,19 @@ CASES = ("mlp-train", "gpt2-train", "resnet18-train")
 # Run when named, not by default.
 NAMED_ONLY = ("mobilenetv2-train",)
 # background_compile's settings by the names --background and the table use.
-SETTINGS: dict[str, bool | str] = {"off": False, "updates": "updates", "on": True}
+SETTINGS: dict[str, bool | str] = {
+    "off": False,
+    "updates": "updates",
+    "backward": "backward",
+    "on": True,
+}
 _BACKGROUND = {
     "off": ("off",),
     "updates": ("updates",),
+    "backward": ("backward",),
     "on": ("on",),
     "both": ("off", "on"),
-    "all": ("off", "updates", "on"),
+    "all": ("off", "updates", "backward", "on"),
 }
 # Steps a process may take to reach MAX, and the time it may take.
 _MAX_STEPS = 10_000

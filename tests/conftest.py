@@ -125,11 +125,11 @@ def without_product_upgrades(
 def updates_compile_before_their_call(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Graphs that only update their inputs (optimizer steps) compile before
-    their first call returns, as the others do, unless ``background_compile``
-    is True: tests see their lowerings run at that call. Tests of the default
-    (such graphs run in PyTorch until compiled) are marked
-    ``background_updates``."""
+    """Graphs that only update their inputs (optimizer steps) and training
+    steps' backward graphs compile before their first call returns, as the
+    others do, unless ``background_compile`` is True: tests see their
+    lowerings run at that call. Tests of the default (such graphs run in
+    PyTorch until compiled) are marked ``background_updates``."""
     if request.node.get_closest_marker("background_updates"):
         return
     from torch_max_backend import backend

@@ -279,8 +279,9 @@ def test_the_mobilenet_step_is_issue_59_s_case_and_runs_when_named(monkeypatch):
     assert measured == [("mobilenetv2-train", "off")]
     measured.clear()
     time_to_max.main(["--models", "mlp-train"])  # every setting by default
-    assert measured == [("mlp-train", s) for s in ("off", "updates", "on")]
-    assert time_to_max.SETTINGS["updates"] == Settings().background_compile
+    settings = ("off", "updates", "backward", "on")
+    assert measured == [("mlp-train", s) for s in settings]
+    assert time_to_max.SETTINGS["backward"] == Settings().background_compile
 
 
 def test_the_cpu_line_tells_apart_intel_machines_that_share_a_model_name(monkeypatch):

@@ -59,8 +59,9 @@ def test_background_and_worker_options(monkeypatch):
     ):
         monkeypatch.delenv(name, raising=False)
     defaults = Settings.resolve()
-    # Only graphs that update their inputs (optimizer steps) by default.
-    assert defaults.background_compile == "updates"
+    # Training steps' backward graphs and graphs that update their inputs
+    # (optimizer steps) by default.
+    assert defaults.background_compile == "backward"
     assert defaults.compile_workers is None
     chosen = Settings.resolve({"background_compile": True, "compile_workers": 3})
     assert chosen.background_compile is True and chosen.compile_workers == 3
@@ -75,11 +76,13 @@ def test_background_and_worker_options(monkeypatch):
     )
     monkeypatch.setenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE", "later")
     with pytest.raises(
-        ValueError, match=r"COMPILE='later' is not a boolean.*'updates'"
+        ValueError, match=r"COMPILE='later' is not a boolean.*'updates' or 'backward'"
     ):
         Settings.resolve()
     monkeypatch.delenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE")
-    with pytest.raises(TypeError, match="must be a bool or 'updates', got str 'all'"):
+    with pytest.raises(
+        TypeError, match="must be a bool, 'updates' or 'backward', got str 'all'"
+    ):
         Settings.resolve({"background_compile": "all"})
     with pytest.raises(TypeError, match="'compile_workers' must be an int >= 1"):
         Settings.resolve({"compile_workers": 0})

@@ -41,7 +41,7 @@ from .pipeline.compiling import (
     start_max,
     wait_for,
 )
-from .pipeline.deferred import FirstCallWaits, once, when_all_done
+from .pipeline.deferred import FirstCallWaits, StepCompiles, once, when_all_done
 from .pipeline.fallback import (
     Placement,
     needs_torch,
@@ -69,13 +69,18 @@ def compile_aten_graph(
     *,
     settings: Settings,
     kind: str,
+    step: StepCompiles | None = None,
 ) -> Callable[[list], list]:
     """Compile one ATen graph (forward, backward or inference) to a MAX callable.
 
     A graph with ops MAX cannot run, or whose lowering fails on some node, is
     split: its supported blocks run on MAX and the rest in PyTorch. A graph
     MAX's compiler rejects runs in PyTorch. ``settings.strict`` raises instead.
+    ``step`` links a training step's forward and backward: a backward
+    compiled in the background starts building at its first call, not
+    beside the forward's compile (pipeline/deferred.py).
     """
+    step = step or StepCompiles()
     name = f"{kind}_{next(_graph_ids)}"
     if computes_nothing(gm):
         # Views of its inputs only, such as the ``return loss.detach()`` Dynamo
@@ -137,13 +142,20 @@ def compile_aten_graph(
             ),
             strict=settings.strict,
             verbose=settings.verbose,
+            after=step.backward_turn() if kind == "backward" else None,
         )
     add_pending(1)
     if gathering() and kind != "inference":
         # max_backend gathers a step's forward and backward into one MAX
         # module, compiled once both are handed over: wait at the first call.
         # Pending until the module is compiled, called or not.
-        settled = once(lambda: add_pending(-1))
+        compiled = step.forward_compiling() if kind == "forward" else lambda: None
+
+        def settle_step() -> None:
+            add_pending(-1)
+            compiled()
+
+        settled = once(settle_step)
         try:
             with gathered():
                 return FirstCallWaits(
@@ -265,7 +277,9 @@ def max_backend(
     set_product_strategy(settings.product_strategy)
     set_conv_strategy(settings.conv_strategy)
     settle_timing(settings)
-    compiler = functools.partial(compile_aten_graph, settings=settings)
+    compiler = functools.partial(
+        compile_aten_graph, settings=settings, step=StepCompiles()
+    )
     backend = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),
         bw_compiler=functools.partial(compiler, kind="backward"),
@@ -274,10 +288,10 @@ def max_backend(
         partition_fn=functools.partial(_checked_partition, strict=settings.strict),
         keep_inference_input_mutations=True,
     )
-    # The backward's compile starts with the forward's, instead of at the
-    # first backward: both compile together (runtime/module_batch.py), in the
-    # background while the step runs in PyTorch, or else before the first
-    # call returns.
+    # Without background_compile="backward" (the default), the backward's
+    # compile starts with the forward's, instead of at the first backward:
+    # both compile together (runtime/module_batch.py), in the background
+    # while the step runs in PyTorch, or else before the first call returns.
     everything = settings.background_compile is True
     together = compiled_together() if everything else gathered()
     with (

@@ -57,9 +57,14 @@ MODES = {
 }
 # Modes that trade compile time for the fastest calls.
 AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
-# background_compile's default: graphs that only update their inputs (an
-# optimizer's step) compile in the background, the others before their call.
+# background_compile: graphs that only update their inputs (an optimizer's
+# step) compile in the background, the others before their call.
 BACKGROUND_UPDATES = "updates"
+# background_compile's default: the updates, and a training step's backward,
+# whose compile starts once the forward's is over (pipeline/update_graphs.py).
+BACKGROUND_BACKWARD = "backward"
+# background_compile's values besides True and False.
+BACKGROUND_CHOICES = (BACKGROUND_UPDATES, BACKGROUND_BACKWARD)
 # How a float32 product on the CPU is built (lower/product_choice.py): timed
 # per machine and shape, the fixed rules, or one strategy wherever it fits.
 PRODUCT_STRATEGIES = (
@@ -114,12 +119,15 @@ class Settings:
             AOTAutograd produced) while its MAX graph is built and compiled
             off the caller's thread, and switch its calls to MAX once the
             compiled graph is loaded (pipeline/background.py). ``True``:
-            every graph. ``"updates"`` (the default): only graphs that
-            return nothing and update their inputs in place, such as
-            ``optimizer.step()``, so that a training step's first call does
-            not wait for its optimizer's compile after the backward's
-            (pipeline/update_graphs.py). ``False``: none. See docs/usage.md,
-            "Compile time".
+            every graph. ``"backward"`` (the default): a training step's
+            backward, whose compile starts once its forward's is over, so
+            that the step's first call waits for the forward's compile
+            alone, and the graphs ``"updates"`` names. ``"updates"``: only
+            graphs that return nothing and update their inputs in place,
+            such as ``optimizer.step()``, so that a training step's first
+            call does not wait for its optimizer's compile after the
+            backward's (pipeline/update_graphs.py). ``False``: none. See
+            docs/usage.md, "Compile time".
         compile_workers: how many worker processes compile MAX graphs at
             once; 1 compiles in the calling process. None chooses from the
             usable cores and memory (runtime/compile_workers.py).
@@ -199,7 +207,7 @@ class Settings:
     min_block_size: int = 5
     torch_executed_ops: frozenset[str] = frozenset()
     max_cached_graphs: int = 256
-    background_compile: bool | str = BACKGROUND_UPDATES
+    background_compile: bool | str = BACKGROUND_BACKWARD
     compile_workers: int | None = None
     summed_products: bool = True
     upgrade_products: bool = True
@@ -317,7 +325,7 @@ def _option(key: str, value: object) -> object:
         return value
     if key in _STRATEGY_OPTIONS:
         return _strategy(key, value, f"option {key!r}")
-    if key == "background_compile" and value == BACKGROUND_UPDATES:
+    if key == "background_compile" and value in BACKGROUND_CHOICES:
         return value
     if key == "torch_executed_ops":
         if isinstance(value, str) or not isinstance(value, Iterable):
@@ -327,9 +335,13 @@ def _option(key: str, value: object) -> object:
             )
         return frozenset(op_name(op) for op in value)
     if not isinstance(value, bool):
-        also = f" or {BACKGROUND_UPDATES!r}" if key == "background_compile" else ""
+        kinds = (
+            f"a bool, {' or '.join(repr(c) for c in BACKGROUND_CHOICES)}"
+            if key == "background_compile"
+            else "a bool"
+        )
         raise TypeError(
-            f"torch-max-backend option {key!r} must be a bool{also}, "
+            f"torch-max-backend option {key!r} must be {kinds}, "
             f"got {type(value).__name__} {value!r}"
         )
     return value
@@ -353,13 +365,15 @@ def _strategy(key: str, value: object, where: str) -> str:
 
 
 def _background_setting(names: tuple[str, ...], raw: str) -> bool | str:
-    """background_compile from its environment variable: a flag or "updates"."""
-    if raw.strip().lower() == BACKGROUND_UPDATES:
-        return BACKGROUND_UPDATES
+    """background_compile from its environment variable: a flag, "updates"
+    or "backward"."""
+    if raw.strip().lower() in BACKGROUND_CHOICES:
+        return raw.strip().lower()
     try:
         flag = env_flag(*names)
     except ValueError as e:
-        raise ValueError(f"{e}, or {BACKGROUND_UPDATES!r}") from None
+        choices = " or ".join(repr(choice) for choice in BACKGROUND_CHOICES)
+        raise ValueError(f"{e}, {choices}") from None
     assert flag is not None
     return flag
 

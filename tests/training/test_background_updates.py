@@ -105,7 +105,8 @@ def _train(model: torch.nn.Module, steps: int, compiled: bool) -> tuple[Run, lis
 def test_a_steps_update_runs_in_pytorch_until_compiled_then_on_max(
     max_calls, monkeypatch
 ):
-    monkeypatch.delenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE", raising=False)
+    # "updates": the step waits for its forward and backward, not its update.
+    monkeypatch.setenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE", "updates")
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)

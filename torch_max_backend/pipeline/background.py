@@ -36,6 +36,7 @@ from ..runtime.compile_workers import track, worker_count
 from ..runtime.module_batch import gathered
 from ..runtime.progress import BackgroundProgress
 from .fallback import FallbackWarning
+from .handoff import keep_eager_layouts
 from .product_upgrade import unfinished_upgrades
 
 Boxed = Callable[[list], list]
@@ -153,6 +154,8 @@ class _Pending:
     start_compile: Callable[[torch.fx.GraphModule], Finish]
     strict: bool
     asked: float  # time.perf_counter() when it was handed to us
+    # Given the graph's first-call event, returns when its build may start.
+    after: Callable[[threading.Event], None]
 
 
 _batch = threading.local()
@@ -184,15 +187,32 @@ def compile_in_background(
     *,
     strict: bool,
     verbose: bool,
+    after: Callable[[threading.Event], None] | None = None,
 ) -> GraphSwitch:
     """A ``GraphSwitch`` for ``gm`` whose MAX side is compiled on a builder
     thread from a copy of ``gm`` (the copy may be split in place while ``gm``
     keeps running in PyTorch): ``start_compile(copy)`` builds it and starts
-    its compile, and the function it returns waits for the compile."""
+    its compile, and the function it returns waits for the compile. The
+    builder thread first calls ``after`` with the switch's first-call event,
+    which returns when the build may start (a step's backward: at its first
+    call, deferred.py's ``StepCompiles``)."""
     copied = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    # Its inputs may come from MAX (a backward's saved tensors, from a
+    # forward already on MAX), contiguous where eager's were strided: the
+    # ops that read storage through strides get eager's layout.
+    if keep_eager_layouts(gm):
+        gm.recompile()
     switch = GraphSwitch(name, make_boxed_func(gm.forward))
     stats.add_pending(1)
-    pending = _Pending(name, switch, copied, start_compile, strict, time.perf_counter())
+    pending = _Pending(
+        name,
+        switch,
+        copied,
+        start_compile,
+        strict,
+        time.perf_counter(),
+        after or (lambda called: None),
+    )
     batch = getattr(_batch, "pending", None)
     if batch is not None:
         batch.append(pending)
@@ -216,6 +236,8 @@ def _compile_batch(batch: list[_Pending]) -> None:
     # Building is Python work that holds the GIL: started at once, it slows
     # the call that Dynamo compiled for by as long as it takes (0.3-0.5 s
     # for a BERT-base here), so it starts when that first call has returned.
+    for pending in batch:
+        pending.after(pending.switch.called)
     batch[0].switch.called.wait(FIRST_CALL_WAIT)
     started: list[tuple[_Pending, Finish | None, list]] = []
     with gathered():

@@ -14,11 +14,12 @@ until its module is compiled, whether or not it is ever called.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, no_type_check
 
-from .background import Finish
+from .background import FIRST_CALL_WAIT, Finish
 
 
 class FirstCallWaits:
@@ -124,3 +125,71 @@ def _settle(entry: tuple[Sequence[Future], Callable[[], None]]) -> None:
         if entry in _unsettled:
             _unsettled.remove(entry)
     entry[1]()
+
+
+# Forward compiles a caller waits for, in flight in this process: a
+# background backward does not start its own beside them.
+_forwards_compiling = 0
+_forwards_lock = threading.Lock()
+# Seconds between a waiting backward's looks at its first call.
+_POLL_S = 0.25
+
+
+def forwards_compiling() -> int:
+    """How many training forwards' compiles are in flight in this process."""
+    with _forwards_lock:
+        return _forwards_compiling
+
+
+def _count_forwards(change: int) -> None:
+    global _forwards_compiling
+    with _forwards_lock:
+        _forwards_compiling += change
+
+
+class StepCompiles:
+    """What one ``max_backend`` call's forward tells its backward: when the
+    forward's compile is over (``background_compile="backward"``).
+
+    AOTAutograd hands a step's forward and backward over one after the other
+    on one thread. A backward compiled in the background starts building at
+    its first call (once the step's forwards have run), or, never called,
+    once its forward's compile is over, FIRST_CALL_WAIT seconds have passed
+    and no other forward is compiling: so that a step's first call, which
+    waits for its forwards alone, has the cores to itself. MAX compiles a
+    graph on about one core: two compiles side by side on 2 cores take about
+    the time of each alone, but beside a second process's compile each gets
+    half of what it would. A step split by a graph break hands over a second
+    forward while the first backward waits, which is why the backward waits
+    for its call and not only for its own forward."""
+
+    def __init__(self) -> None:
+        self._forward_done: threading.Event | None = None
+
+    def forward_compiling(self) -> Callable[[], None]:
+        """Mark the forward as compiling; the returned function marks it done."""
+        done = threading.Event()
+        self._forward_done = done
+        _count_forwards(1)
+
+        def finished() -> None:
+            if not done.is_set():
+                _count_forwards(-1)
+                done.set()
+
+        return once(finished)
+
+    def backward_turn(self) -> Callable[[threading.Event], None]:
+        """A function of the backward's first-call event that returns when
+        the backward's build may start (at once after its first call)."""
+        done = self._forward_done
+
+        def wait(called: threading.Event) -> None:
+            if done is not None:
+                done.wait()
+            deadline = time.monotonic() + FIRST_CALL_WAIT
+            while not called.wait(_POLL_S):
+                if time.monotonic() >= deadline and not forwards_compiling():
+                    return
+
+        return wait

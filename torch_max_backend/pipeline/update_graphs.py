@@ -7,10 +7,19 @@ add to a training step's first call. Such a graph returns nothing: it only
 updates its inputs in place (parameters, moments, step counts). Run in
 PyTorch until its MAX graph is loaded, its calls give what eager's give,
 nobody waits for it, and no output of the caller's changes shape or kind
-when it switches. With the default ``background_compile="updates"`` these
-graphs alone compile in the background; the others (whose outputs a
-benchmark times, whose random draws a seed fixes) compile before their
-first call returns.
+when it switches. With ``background_compile="updates"`` these graphs alone
+compile in the background; the others (whose outputs a benchmark times,
+whose random draws a seed fixes) compile before their first call returns.
+
+With the default ``background_compile="backward"`` a training step's
+backward graph runs in PyTorch too until its MAX graph is loaded, and its
+compile starts only once the forward's is over (deferred.py's
+``StepCompiles``): the step's first call waits for the forward's compile
+alone, with the cores to itself, instead of for the forward's and the
+backward's. Its first backward runs AOTAutograd's backward graph in PyTorch
+over what the MAX forward saved (with eager's layout where an op reads
+strides, background.py), so its gradients are eager's; nothing the caller
+reads changes kind when it switches: autograd hands the gradients on.
 
 Kept waiting even so: under ``strict`` (a refused graph must raise at its
 first call), with ``torch.use_deterministic_algorithms(True)`` (a step that
@@ -23,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from ..lower.passes import writes_input
-from ..settings import BACKGROUND_UPDATES, Settings
+from ..settings import BACKGROUND_BACKWARD, BACKGROUND_UPDATES, Settings
 
 
 def updates_inputs_only(gm: torch.fx.GraphModule) -> bool:
@@ -54,8 +63,13 @@ def compiles_in_background(
     """Whether ``gm`` runs in PyTorch until its MAX graph is loaded."""
     if settings.background_compile is True:
         return True
-    if settings.background_compile != BACKGROUND_UPDATES or settings.strict:
+    if settings.background_compile not in (BACKGROUND_UPDATES, BACKGROUND_BACKWARD):
         return False
-    if torch.are_deterministic_algorithms_enabled():
+    if settings.strict or torch.are_deterministic_algorithms_enabled():
         return False
+    if kind == "backward":
+        return settings.background_compile == BACKGROUND_BACKWARD and not any(
+            node.op == "call_function" and _draws_random_numbers(node.target)
+            for node in gm.graph.nodes
+        )
     return kind == "inference" and updates_inputs_only(gm)
