@@ -43,7 +43,13 @@ def _output(worker: subprocess.Popen) -> str:
 @pytest.mark.skipif(not dist.is_gloo_available(), reason="no gloo backend")
 @pytest.mark.parametrize("wrapper", ["ddp", "fsdp2"])
 def test_two_gloo_processes_match_single_process(tmp_path, wrapper):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # Each step's backward compiles before its first call, as in this
+    # process (conftest.py), so that every step's backward runs on MAX.
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TORCH_MAX_BACKEND_BACKGROUND_COMPILE": "updates",
+    }
     workers = [
         subprocess.Popen(
             [
