@@ -4,20 +4,19 @@ PyTorch until its MAX graph, compiled once the forward's is over, is loaded."""
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 
 import pytest
 import torch
 
-from torch_max_backend import backend, compile_stats
+from torch_max_backend import backend
 from torch_max_backend.pipeline import background, deferred
 from torch_max_backend.pipeline.update_graphs import compiles_in_background
 from torch_max_backend.settings import Settings
 
 from .helpers import assert_same_training
-from .test_background_updates import _graph, _train
+from .test_background_updates import _compiled_and_eager, _graph
 
 
 def _waiting(wait, called: threading.Event) -> threading.Thread:
@@ -92,17 +91,10 @@ def test_the_first_backward_runs_in_pytorch_then_every_graph_on_max(
         return future
 
     monkeypatch.setattr(backend, "start_max", timed)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
-    )
-    twin = copy.deepcopy(model)
-    before = compile_stats().eager_calls
-    got, eager_calls = _train(twin, 4, compiled=True)
-    expected, _ = _train(model, 4, compiled=False)
+    got, expected, eager_calls = _compiled_and_eager(4)
     # The first step's backward and update ran in PyTorch; once compiled,
     # every graph of the later steps ran on MAX.
-    assert [n - before for n in eager_calls] == [2, 2, 2, 2]
+    assert eager_calls == [2, 2, 2, 2]
     assert max_calls.of("forward") == 4
     assert max_calls.of("backward") == 3
     assert max_calls.of("inference") == 3

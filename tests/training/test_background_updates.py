@@ -101,23 +101,30 @@ def _train(model: torch.nn.Module, steps: int, compiled: bool) -> tuple[Run, lis
     return run, eager_calls
 
 
-@pytest.mark.background_updates
-def test_a_steps_update_runs_in_pytorch_until_compiled_then_on_max(
-    max_calls, monkeypatch
-):
-    # "updates": the step waits for its forward and backward, not its update.
-    monkeypatch.setenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE", "updates")
+def _compiled_and_eager(steps: int) -> tuple[Run, Run, list[int]]:
+    """A small model trained compiled and eagerly from one seed; how many
+    graph calls ran in PyTorch by the end of each compiled step."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
     )
     twin = copy.deepcopy(model)
     before = compile_stats().eager_calls
-    got, eager_calls = _train(twin, 4, compiled=True)
-    expected, _ = _train(model, 4, compiled=False)
+    got, eager_calls = _train(twin, steps, compiled=True)
+    expected, _ = _train(model, steps, compiled=False)
+    return got, expected, [n - before for n in eager_calls]
+
+
+@pytest.mark.background_updates
+def test_a_steps_update_runs_in_pytorch_until_compiled_then_on_max(
+    max_calls, monkeypatch
+):
+    # "updates": the step waits for its forward and backward, not its update.
+    monkeypatch.setenv("TORCH_MAX_BACKEND_BACKGROUND_COMPILE", "updates")
+    got, expected, eager_calls = _compiled_and_eager(4)
     # The first step's update ran in PyTorch (its compile did not hold the
     # step); once compiled, every later update ran on MAX.
-    assert [n - before for n in eager_calls] == [1, 1, 1, 1]
+    assert eager_calls == [1, 1, 1, 1]
     assert max_calls.of("inference") == 3
     assert max_calls.of("backward") == 4
     assert_same_training(got, expected)
