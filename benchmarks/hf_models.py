@@ -178,7 +178,7 @@ the whole run took {minutes:.1f} minutes.
 MAX graphs: inference + training step (forward, backward, optimizer). First call:
 seconds of the first compiled inference call / training step, compiles included,
 with the default settings (the backward's graph and the AdamW step's compile in the
-background, the backward's once the forward's is over, while their first calls run
+background, the backward's from its first call, while their first calls run
 in PyTorch); training on MAX after: seconds from the first
 step's start until every graph of the step has compiled (a second step, checked
 against eager's, must then run wholly on MAX); MAX compile: the seconds of the

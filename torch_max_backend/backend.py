@@ -41,7 +41,13 @@ from .pipeline.compiling import (
     start_max,
     wait_for,
 )
-from .pipeline.deferred import FirstCallWaits, StepCompiles, once, when_all_done
+from .pipeline.deferred import (
+    FirstCallWaits,
+    backward_turn,
+    forward_compiling,
+    once,
+    when_all_done,
+)
 from .pipeline.fallback import (
     Placement,
     needs_torch,
@@ -69,18 +75,15 @@ def compile_aten_graph(
     *,
     settings: Settings,
     kind: str,
-    step: StepCompiles | None = None,
 ) -> Callable[[list], list]:
     """Compile one ATen graph (forward, backward or inference) to a MAX callable.
 
     A graph with ops MAX cannot run, or whose lowering fails on some node, is
     split: its supported blocks run on MAX and the rest in PyTorch. A graph
     MAX's compiler rejects runs in PyTorch. ``settings.strict`` raises instead.
-    ``step`` links a training step's forward and backward: a backward
-    compiled in the background starts building at its first call, not
-    beside the forward's compile (pipeline/deferred.py).
+    A backward compiled in the background starts building at its first
+    call, not beside a forward's compile (pipeline/deferred.py).
     """
-    step = step or StepCompiles()
     name = f"{kind}_{next(_graph_ids)}"
     if computes_nothing(gm):
         # Views of its inputs only, such as the ``return loss.detach()`` Dynamo
@@ -142,18 +145,18 @@ def compile_aten_graph(
             ),
             strict=settings.strict,
             verbose=settings.verbose,
-            after=step.backward_turn() if kind == "backward" else None,
+            after=backward_turn if kind == "backward" else None,
         )
     add_pending(1)
     if gathering() and kind != "inference":
         # max_backend gathers a step's forward and backward into one MAX
         # module, compiled once both are handed over: wait at the first call.
         # Pending until the module is compiled, called or not.
-        compiled = step.forward_compiling() if kind == "forward" else lambda: None
+        forward_done = forward_compiling() if kind == "forward" else lambda: None
 
         def settle_step() -> None:
             add_pending(-1)
-            compiled()
+            forward_done()
 
         settled = once(settle_step)
         try:
@@ -277,9 +280,7 @@ def max_backend(
     set_product_strategy(settings.product_strategy)
     set_conv_strategy(settings.conv_strategy)
     settle_timing(settings)
-    compiler = functools.partial(
-        compile_aten_graph, settings=settings, step=StepCompiles()
-    )
+    compiler = functools.partial(compile_aten_graph, settings=settings)
     backend = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),
         bw_compiler=functools.partial(compiler, kind="backward"),

@@ -1,6 +1,6 @@
 """``background_compile="backward"`` (pipeline/update_graphs.py): a training
 step's first call waits for its forward's compile alone; the backward runs in
-PyTorch until its MAX graph, compiled once the forward's is over, is loaded."""
+PyTorch until its MAX graph, built from its first call, is loaded."""
 
 from __future__ import annotations
 
@@ -31,10 +31,9 @@ def test_a_backward_builds_at_its_call_and_not_beside_a_forwards_compile(
     monkeypatch.setattr(deferred, "FIRST_CALL_WAIT", 0.3)
     called = threading.Event()
     called.set()
-    deferred.StepCompiles().backward_turn()(called)  # called: at once
-    step, other = deferred.StepCompiles(), deferred.StepCompiles()
-    done = step.forward_compiling()
-    waiter = _waiting(step.backward_turn(), threading.Event())
+    deferred.backward_turn(called)  # called: at once
+    done = deferred.forward_compiling()
+    waiter = _waiting(deferred.backward_turn, threading.Event())
     waiter.join(timeout=0.6)
     assert waiter.is_alive()  # its forward is still compiling
     done()
@@ -42,9 +41,9 @@ def test_a_backward_builds_at_its_call_and_not_beside_a_forwards_compile(
     assert not waiter.is_alive()
     # A step split by a graph break: its second forward compiles while the
     # first backward waits for its call, which comes after that forward ran.
-    second = other.forward_compiling()
+    second = deferred.forward_compiling()
     first_call = threading.Event()
-    waiter = _waiting(step.backward_turn(), first_call)
+    waiter = _waiting(deferred.backward_turn, first_call)
     waiter.join(timeout=0.8)
     assert waiter.is_alive()
     first_call.set()

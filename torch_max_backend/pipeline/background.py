@@ -195,7 +195,7 @@ def compile_in_background(
     its compile, and the function it returns waits for the compile. The
     builder thread first calls ``after`` with the switch's first-call event,
     which returns when the build may start (a step's backward: at its first
-    call, deferred.py's ``StepCompiles``)."""
+    call, deferred.py's ``backward_turn``)."""
     copied = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
     # Its inputs may come from MAX (a backward's saved tensors, from a
     # forward already on MAX), contiguous where eager's were strided: the

@@ -127,9 +127,11 @@ def _settle(entry: tuple[Sequence[Future], Callable[[], None]]) -> None:
     entry[1]()
 
 
-# Forward compiles a caller waits for, in flight in this process: a
-# background backward does not start its own beside them.
+# Training forwards' compiles in flight in this process (callers wait for
+# them), and when the last one ended: a background backward does not start
+# its own beside them (``backward_turn``).
 _forwards_compiling = 0
+_forwards_idle_since = 0.0
 _forwards_lock = threading.Lock()
 # Seconds between a waiting backward's looks at its first call.
 _POLL_S = 0.25
@@ -141,55 +143,43 @@ def forwards_compiling() -> int:
         return _forwards_compiling
 
 
-def _count_forwards(change: int) -> None:
+def forward_compiling() -> Callable[[], None]:
+    """Count a training forward's compile as in flight; the returned
+    function, called once it is over, stops counting it."""
     global _forwards_compiling
     with _forwards_lock:
-        _forwards_compiling += change
+        _forwards_compiling += 1
+
+    def finished() -> None:
+        global _forwards_compiling, _forwards_idle_since
+        with _forwards_lock:
+            _forwards_compiling -= 1
+            _forwards_idle_since = time.monotonic()
+
+    return once(finished)
 
 
-class StepCompiles:
-    """What one ``max_backend`` call's forward tells its backward: when the
-    forward's compile is over (``background_compile="backward"``).
+def _forwards_idle_for() -> float:
+    """Seconds since the last forward's compile ended (0 while one runs)."""
+    with _forwards_lock:
+        if _forwards_compiling:
+            return 0.0
+        return time.monotonic() - _forwards_idle_since
 
-    AOTAutograd hands a step's forward and backward over one after the other
-    on one thread. A backward compiled in the background starts building at
-    its first call (once the step's forwards have run), or, never called,
-    once its forward's compile is over, FIRST_CALL_WAIT seconds have passed
-    and no other forward is compiling: so that a step's first call, which
-    waits for its forwards alone, has the cores to itself. MAX compiles a
-    graph on about one core: two compiles side by side on 2 cores take about
-    the time of each alone, but beside a second process's compile each gets
-    half of what it would. A step split by a graph break hands over a second
-    forward while the first backward waits, which is why the backward waits
-    for its call and not only for its own forward."""
 
-    def __init__(self) -> None:
-        self._forward_done: threading.Event | None = None
+def backward_turn(called: threading.Event) -> None:
+    """Return when a background backward may start building
+    (``background_compile="backward"``): at its first call (``called``),
+    when the step's forwards have compiled and run; never called, once no
+    forward has compiled for FIRST_CALL_WAIT seconds, nor has it waited less.
 
-    def forward_compiling(self) -> Callable[[], None]:
-        """Mark the forward as compiling; the returned function marks it done."""
-        done = threading.Event()
-        self._forward_done = done
-        _count_forwards(1)
-
-        def finished() -> None:
-            if not done.is_set():
-                _count_forwards(-1)
-                done.set()
-
-        return once(finished)
-
-    def backward_turn(self) -> Callable[[threading.Event], None]:
-        """A function of the backward's first-call event that returns when
-        the backward's build may start (at once after its first call)."""
-        done = self._forward_done
-
-        def wait(called: threading.Event) -> None:
-            if done is not None:
-                done.wait()
-            deadline = time.monotonic() + FIRST_CALL_WAIT
-            while not called.wait(_POLL_S):
-                if time.monotonic() >= deadline and not forwards_compiling():
-                    return
-
-        return wait
+    So a step's first call, which waits for its forwards alone, has the
+    cores to itself. MAX compiles a graph on about one core: two compiles
+    side by side on 2 cores take about the time of each alone, but beside a
+    second process's compile each gets half of what it would. A step split
+    by a graph break hands over a second forward while the first backward
+    waits, which is why a backward waits for every forward, not only its own."""
+    deadline = time.monotonic() + FIRST_CALL_WAIT
+    while not called.wait(_POLL_S):
+        if time.monotonic() >= deadline and _forwards_idle_for() >= FIRST_CALL_WAIT:
+            return

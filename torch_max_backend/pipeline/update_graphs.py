@@ -13,10 +13,10 @@ whose random draws a seed fixes) compile before their first call returns.
 
 With the default ``background_compile="backward"`` a training step's
 backward graph runs in PyTorch too until its MAX graph is loaded, and its
-compile starts only once the forward's is over (deferred.py's
-``StepCompiles``): the step's first call waits for the forward's compile
-alone, with the cores to itself, instead of for the forward's and the
-backward's. Its first backward runs AOTAutograd's backward graph in PyTorch
+build starts at its first call, once the step's forwards have compiled and
+run (deferred.py's ``backward_turn``): the step's first call waits for the
+forward's compile alone, with the cores to itself, instead of for the
+forward's and the backward's. Its first backward runs AOTAutograd's backward graph in PyTorch
 over what the MAX forward saved (with eager's layout where an op reads
 strides, background.py), so its gradients are eager's; nothing the caller
 reads changes kind when it switches: autograd hands the gradients on.
@@ -46,15 +46,16 @@ def updates_inputs_only(gm: torch.fx.GraphModule) -> bool:
             if any(out is not None for out in outputs):
                 return False
         elif node.op == "call_function":
-            if _draws_random_numbers(node.target):
-                return False
             writes = writes or writes_input(node, node.args[0] if node.args else None)
-    return writes
+    return writes and not _draws_random_numbers(gm)
 
 
-def _draws_random_numbers(target: object) -> bool:
-    tags = getattr(target, "tags", ())
-    return torch.Tag.nondeterministic_seeded in tags
+def _draws_random_numbers(gm: torch.fx.GraphModule) -> bool:
+    return any(
+        torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+        for node in gm.graph.nodes
+        if node.op == "call_function"
+    )
 
 
 def compiles_in_background(
@@ -68,8 +69,7 @@ def compiles_in_background(
     if settings.strict or torch.are_deterministic_algorithms_enabled():
         return False
     if kind == "backward":
-        return settings.background_compile == BACKGROUND_BACKWARD and not any(
-            node.op == "call_function" and _draws_random_numbers(node.target)
-            for node in gm.graph.nodes
+        return settings.background_compile == BACKGROUND_BACKWARD and not (
+            _draws_random_numbers(gm)
         )
     return kind == "inference" and updates_inputs_only(gm)

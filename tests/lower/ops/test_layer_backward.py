@@ -33,9 +33,9 @@ def aten_ops(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[object]]:
     seen: dict[str, set[object]] = defaultdict(set)
     original = backend_module.compile_aten_graph
 
-    def recording(gm, example_inputs, *, settings, kind, **more):
+    def recording(gm, example_inputs, *, settings, kind):
         seen[kind].update(n.target for n in gm.graph.nodes if n.op == "call_function")
-        return original(gm, example_inputs, settings=settings, kind=kind, **more)
+        return original(gm, example_inputs, settings=settings, kind=kind)
 
     monkeypatch.setattr(backend_module, "compile_aten_graph", recording)
     return seen
