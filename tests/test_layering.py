@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "torch_max_backend"
 # longest matching prefix decides.
 ROOMS: dict[str, str] = {
     "settings": "base",
+    "env_vars": "base",
     "errors": "base",
     "internal_error": "base",
     "logs": "base",

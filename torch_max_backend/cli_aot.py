@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .aot.manifest import PackageError, TensorSpec
-from .settings import env_flag
+from .env_vars import env_flag
 
 
 def add_parsers(sub: Any) -> None:

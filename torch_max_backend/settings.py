@@ -7,44 +7,11 @@ then environment variables, so that a flag set in a shell always wins over code.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
-def _first_set(names: tuple[str, ...]) -> tuple[str, str] | None:
-    """(name, value) of the first set variable among ``names``."""
-    for name in names:
-        raw = os.environ.get(name)
-        if raw is not None:
-            return name, raw
-    return None
-
-
-def env_flag(*names: str) -> bool | None:
-    """The value of the first set variable among ``names``, or None if none is set.
-
-    Raises ValueError for a value that is neither true nor false, instead of
-    guessing what the user meant.
-    """
-    found = _first_set(names)
-    if found is None:
-        return None
-    name, raw = found
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(
-        f"environment variable {name}={raw!r} is not a boolean; "
-        f"use one of {sorted(_TRUE)} or {sorted(_FALSE - {''})}"
-    )
-
+from .env_vars import env_flag, env_int, env_list, first_set
 
 # torch.compile's modes, and what each means on MAX. MAX picks its kernels
 # itself and a compiled graph's call is already one execute (no Python per
@@ -61,7 +28,7 @@ AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 # step) compile in the background, the others before their call.
 BACKGROUND_UPDATES = "updates"
 # background_compile's default: the updates, and a training step's backward,
-# whose compile starts once the forward's is over (pipeline/update_graphs.py).
+# built from its first call, after the forwards (pipeline/update_graphs.py).
 BACKGROUND_BACKWARD = "backward"
 # background_compile's values besides True and False.
 BACKGROUND_CHOICES = (BACKGROUND_UPDATES, BACKGROUND_BACKWARD)
@@ -120,7 +87,7 @@ class Settings:
             off the caller's thread, and switch its calls to MAX once the
             compiled graph is loaded (pipeline/background.py). ``True``:
             every graph. ``"backward"`` (the default): a training step's
-            backward, whose compile starts once its forward's is over, so
+            backward, built from its first call, after its forwards, so
             that the step's first call waits for the forward's compile
             alone, and the graphs ``"updates"`` names. ``"updates"``: only
             graphs that return nothing and update their inputs in place,
@@ -268,19 +235,19 @@ class Settings:
             values[key] = _option(key, value)
         for key, names in cls._ENV.items():
             if key in _INT_OPTIONS:
-                number = _env_int(*names)
+                number = env_int(*names)
                 if number is not None:
                     values[key] = number
             elif key == "torch_executed_ops":
-                listed = _env_list(*names)
+                listed = env_list(*names)
                 if listed is not None:
                     values[key] = frozenset(op_name(n) for n in listed)
             elif key in _STRATEGY_OPTIONS:
-                found = _first_set(names)
+                found = first_set(names)
                 if found is not None:
                     values[key] = _strategy(key, found[1].strip(), found[0])
             elif key == "background_compile":
-                found = _first_set(names)
+                found = first_set(names)
                 if found is not None:
                     values[key] = _background_setting(names, found[1])
             else:
@@ -376,27 +343,6 @@ def _background_setting(names: tuple[str, ...], raw: str) -> bool | str:
         raise ValueError(f"{e}, {choices}") from None
     assert flag is not None
     return flag
-
-
-def _env_int(*names: str) -> int | None:
-    found = _first_set(names)
-    if found is None:
-        return None
-    name, raw = found
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer >= 1")
-    return value
-
-
-def _env_list(*names: str) -> list[str] | None:
-    found = _first_set(names)
-    if found is None:
-        return None
-    return [part for part in found[1].split(",") if part.strip()]
 
 
 def beartype_enabled() -> bool:
