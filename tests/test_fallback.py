@@ -246,3 +246,15 @@ def test_input_mutation_and_aliasing_across_the_boundary(max_calls):
     torch.testing.assert_close(ours_buf, buf)  # the update reached the caller
     assert got[2].data_ptr() == ours_buf.data_ptr()  # the view aliases it
     assert max_calls.of("inference") >= 1
+
+
+def test_a_split_report_without_refused_ops_says_what_ran_in_pytorch():
+    from torch_max_backend.pipeline.fallback import SplitReport
+
+    # Every op sat in a MAX block, and the one block failed to compile.
+    report = SplitReport("forward_3", failed_blocks=["MAX failed to compile: boom"])
+    message = report.message(min_block_size=5)
+    assert "runs  in" not in message
+    assert "graph forward_3 has no op refused by MAX" in message
+    assert "0 block(s) run on MAX" in message
+    assert "a block MAX could not take runs in PyTorch: MAX failed" in message

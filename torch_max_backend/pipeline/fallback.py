@@ -206,8 +206,15 @@ class SplitReport:
             f"{name} x{count} ({reason})"
             for name, (count, reason) in sorted(self.torch_ops.items())
         )
+        # Ops are listed when placement refused them by name; a graph whose
+        # blocks alone failed (or were too small) refused none.
+        head = (
+            f"runs {listed} in PyTorch"
+            if listed
+            else "has no op refused by MAX, yet runs in part in PyTorch"
+        )
         text = (
-            f"torch-max-backend: graph {self.graph} runs {listed} in PyTorch; "
+            f"torch-max-backend: graph {self.graph} {head}; "
             f"{self.max_blocks} block(s) run on MAX"
         )
         if self.small_blocks:
