@@ -192,3 +192,16 @@ def test_symbolic_sizes_choose_by_the_traced_output(height, expected):
         lambda x, w: F.conv2d(x, w, stride=4), x, weight, mode="symbolic"
     )
     assert strategy_for(lower, node) == "direct"
+
+
+def test_a_grouped_convolution_of_many_channels_a_group_matches_eager(max_calls):
+    """wav2vec2's positional convolution: 64 channels in 4 groups, a 16-wide
+    filter padded by 8. MAX's grouped conv2d summed it wrongly without a word."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(64, 64, 16, padding=8, groups=4)
+    x = torch.randn(2, 64, 78)
+    with torch.no_grad():
+        expected = conv(x)
+        got = torch.compile(conv, backend=max_backend, options=STRICT)(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert max_calls.count == 1

@@ -323,6 +323,28 @@ def direct_conv2d(
     groups: int,
 ) -> TensorValue:
     """convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor"""
+    if groups > 1:
+        # MAX 26.7's grouped conv2d gave wrong sums without a word for 16
+        # channels a group (wav2vec2's positional convolution, 64 channels in
+        # 4 groups: errors larger than the outputs), so each group is an
+        # ungrouped convolution of its own, their outputs concatenated.
+        per_in = int(input.shape[1]) // groups
+        per_out = int(weight.shape[0]) // groups
+        outs = [
+            direct_conv2d(
+                input[:, g * per_in : (g + 1) * per_in],
+                weight[g * per_out : (g + 1) * per_out],
+                None if bias is None else bias[g * per_out : (g + 1) * per_out],
+                stride,
+                padding,
+                dilation,
+                transposed,
+                output_padding,
+                1,
+            )
+            for g in range(groups)
+        ]
+        return ops.concat(outs, axis=1)
     pad_h, pad_w = pair(padding, 0)
     # NHWC input and RSCF filter: the layouts MAX's conv2d handles on every device.
     twins = current().twins  # channels-last values kept between ops
