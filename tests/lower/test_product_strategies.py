@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
+from vendor_marks import needs_vendor, vendor_multiplies
 
 from torch_max_backend import explain, max_backend
 from torch_max_backend.dtypes import dtype_name
@@ -23,7 +24,6 @@ from .product_layouts import (
     layout_products,
     one_graph_matching_eager,
 )
-from .vendor_marks import needs_vendor, vendor_multiplies
 
 aten = torch.ops.aten
 

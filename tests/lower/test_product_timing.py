@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
+from vendor_marks import needs_vendor, needs_vendor_bfloat16
 
 from torch_max_backend.dtypes import dtype_name
 from torch_max_backend.kernels import vendor_blas
@@ -17,8 +18,6 @@ from torch_max_backend.lower import product_choice
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 from torch_max_backend.storage import product_choices
-
-from .vendor_marks import needs_vendor, needs_vendor_bfloat16
 
 aten = torch.ops.aten
 

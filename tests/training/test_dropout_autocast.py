@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
+from vendor_marks import needs_vendor_bfloat16
 
 from torch_max_backend import max_backend
-from torch_max_backend.kernels import vendor_blas
 
 from .helpers import Run, assert_same_training, train_both
 
@@ -83,11 +82,7 @@ def test_bfloat16_autocast_training_step(max_calls):
     assert max_calls.of("backward") == 3
 
 
-@pytest.mark.skipif(
-    vendor_blas.vendor_blas() is None
-    or "bfloat16" not in vendor_blas.vendor_blas().half_types,
-    reason="no vendor BLAS with bfloat16 products here",
-)
+@needs_vendor_bfloat16
 def test_bfloat16_autocast_training_step_on_the_vendor_products(
     max_calls, graph_texts, monkeypatch
 ):

@@ -325,8 +325,9 @@ def direct_conv2d(
     """convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor"""
     if groups > 1:
         # MAX 26.7's grouped conv2d gave wrong sums without a word for 16
-        # channels a group (wav2vec2's positional convolution, 64 channels in
-        # 4 groups: errors larger than the outputs), so each group is an
+        # channels a group on an AVX2 CPU (AMD EPYC Zen 3; wav2vec2's
+        # positional convolution, 64 channels in 4 groups: errors larger than
+        # the outputs; right on an AVX-512 Zen 4), so each group is an
         # ungrouped convolution of its own, their outputs concatenated.
         per_in = int(input.shape[1]) // groups
         per_out = int(weight.shape[0]) // groups

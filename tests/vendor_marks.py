@@ -1,4 +1,5 @@
-"""Skip marks for tests that need a vendor BLAS (MKL) on this machine."""
+"""Skip marks for tests that need a vendor BLAS (MKL) on this machine, shared by
+every test folder."""
 
 from __future__ import annotations
 
