@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from max.dtype import DType
-from max.graph import TensorValue, ops
+from max.graph import DeviceRef, TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
 from .context import current
@@ -55,6 +55,31 @@ def crop(x: TensorValue, axis: int, before: int, after: int) -> TensorValue:
     return index_along(x, axis, slice(before, int(x.shape[axis]) - after))
 
 
+# Output channels a group from which MAX 26.7's CPU conv2d may misread a
+# padded grouped filter: twice the 8 floats of an AVX2 vector (twice 16 on
+# AVX-512, where it was seen to fail from 32 on).
+MISREAD_CHANNELS_A_GROUP = 16
+
+
+def _misread_by_max(
+    filters: TensorValue, pads: Sequence[int], groups: int, device: DeviceRef
+) -> bool:
+    """Whether MAX 26.7's CPU conv2d would sum this grouped convolution
+    wrongly without a word.
+
+    It packs a grouped RSCF filter by a micro-kernel width picked from the
+    output's width and the padding, and its grouped kernel reads the filter
+    by its default width. Unpadded, both are the default; padded, they differ
+    for some widths, and a group of fewer output channels than twice a
+    vector's floats is cut alike either way. Seen: 16 channels a group on an
+    AVX2 Zen 3, 32 on images up to 14 wide on an AVX-512 Zen 4 (errors as
+    large as the outputs).
+    """
+    if groups == 1 or not device.is_cpu() or not any(pads):
+        return False
+    return int(filters.shape[-1]) // groups >= MISREAD_CHANNELS_A_GROUP
+
+
 def channels_last_conv(
     image: TensorValue,
     filters: TensorValue,
@@ -62,15 +87,30 @@ def channels_last_conv(
     dilation: Sequence[int],
     pads: Sequence[int],
     groups: int,
+    bias: TensorValue | None = None,
 ) -> TensorValue:
     """MAX's 2-d or 3-d convolution of a channels-last ``image`` by ``filters``
     in RSCF (QRSCF) layout; ``pads`` holds each spatial axis's (before, after)."""
+    if image.rank == 4 and _misread_by_max(filters, pads, groups, image.device):
+        # MAX's conv3d packs by its kernel's default width (and folds a pad
+        # made beforehand back into the conv2d op, so padding first would not
+        # do): the 2-d convolution is a 3-d one over a depth of 1.
+        out = channels_last_conv(
+            ops.unsqueeze(image, 1),
+            ops.unsqueeze(filters, 0),
+            (1, *stride),
+            (1, *dilation),
+            (0, 0, *pads),
+            groups,
+            bias,
+        )
+        return ops.squeeze(out, 1)
     if image.rank == 4:
         conv, layout = ops.conv2d, FilterLayout.RSCF
     else:
         conv, layout = ops.conv3d, FilterLayout.QRSCF
 
-    def convolve(x: TensorValue, w: TensorValue) -> TensorValue:
+    def convolve(x: TensorValue, w: TensorValue, b: TensorValue | None) -> TensorValue:
         return conv(
             x,
             w,
@@ -78,11 +118,12 @@ def channels_last_conv(
             dilation=tuple(dilation),
             padding=tuple(pads),
             groups=groups,
+            bias=b,
             input_layout=ConvInputLayout.NHWC,
             filter_layout=layout,
         )
 
-    return accumulated(convolve, image, filters)
+    return accumulated(convolve, image, filters, bias)
 
 
 def forward_conv(

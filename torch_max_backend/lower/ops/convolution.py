@@ -21,7 +21,13 @@ from ..opmath import accumulated
 from ..products import product
 from ..registry import Strategy, lowering_strategies
 from ..shapes import SizeLike, conv_out_size, size_like, static_size
-from ..transposed_conv import over_unit_height, pair, per_axis, transposed_conv
+from ..transposed_conv import (
+    channels_last_conv,
+    over_unit_height,
+    pair,
+    per_axis,
+    transposed_conv,
+)
 
 aten = torch.ops.aten
 
@@ -323,50 +329,18 @@ def direct_conv2d(
     groups: int,
 ) -> TensorValue:
     """convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor"""
-    if groups > 1:
-        # MAX 26.7's grouped conv2d gave wrong sums without a word for 16
-        # channels a group on an AVX2 CPU (AMD EPYC Zen 3; wav2vec2's
-        # positional convolution, 64 channels in 4 groups: errors larger than
-        # the outputs; right on an AVX-512 Zen 4), so each group is an
-        # ungrouped convolution of its own, their outputs concatenated.
-        per_in = int(input.shape[1]) // groups
-        per_out = int(weight.shape[0]) // groups
-        outs = [
-            direct_conv2d(
-                input[:, g * per_in : (g + 1) * per_in],
-                weight[g * per_out : (g + 1) * per_out],
-                None if bias is None else bias[g * per_out : (g + 1) * per_out],
-                stride,
-                padding,
-                dilation,
-                transposed,
-                output_padding,
-                1,
-            )
-            for g in range(groups)
-        ]
-        return ops.concat(outs, axis=1)
     pad_h, pad_w = pair(padding, 0)
     # NHWC input and RSCF filter: the layouts MAX's conv2d handles on every device.
     twins = current().twins  # channels-last values kept between ops
-
-    def conv(
-        image: TensorValue, filters: TensorValue, bias: TensorValue | None
-    ) -> TensorValue:
-        return ops.conv2d(
-            image,
-            filters,
-            stride=pair(stride, 1),
-            dilation=pair(dilation, 1),
-            padding=(pad_h, pad_h, pad_w, pad_w),
-            groups=groups,
-            bias=bias,
-            input_layout=ConvInputLayout.NHWC,
-            filter_layout=FilterLayout.RSCF,
-        )
-
-    image, filters = twins.channels_last(input), rscf_filters(weight)
-    out = accumulated(conv, image, filters, bias)
+    out = channels_last_conv(
+        twins.channels_last(input),
+        rscf_filters(weight),
+        pair(stride, 1),
+        pair(dilation, 1),
+        (pad_h, pad_h, pad_w, pad_w),
+        groups,
+        bias,
+    )
     return twins.channels_first(out)
 
 
