@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 from max.graph import Dim, TensorValue, ops
-from max.graph.type import ConvInputLayout, FilterLayout
 
 from ..context import current
 from ..conv_choice import choose_conv
@@ -278,25 +277,15 @@ def conv3d(
     d = per_axis(padding, 3, 0)
     # NDHWC input and QRSCF filter, MAX's layouts for conv3d.
     twins = current().twins  # channels-last values kept between ops
-
-    def conv(
-        image: TensorValue, filters: TensorValue, bias: TensorValue | None
-    ) -> TensorValue:
-        return ops.conv3d(
-            image,
-            filters,
-            stride=per_axis(stride, 3, 1),
-            dilation=per_axis(dilation, 3, 1),
-            padding=(d[0], d[0], d[1], d[1], d[2], d[2]),
-            groups=groups,
-            bias=bias,
-            input_layout=ConvInputLayout.NHWC,
-            filter_layout=FilterLayout.QRSCF,
-        )
-
-    image = twins.channels_last(input)
-    filters = ops.permute(weight, [2, 3, 4, 1, 0])
-    out = accumulated(conv, image, filters, bias)
+    out = channels_last_conv(
+        twins.channels_last(input),
+        ops.permute(weight, [2, 3, 4, 1, 0]),
+        per_axis(stride, 3, 1),
+        per_axis(dilation, 3, 1),
+        (d[0], d[0], d[1], d[1], d[2], d[2]),
+        groups,
+        bias,
+    )
     return twins.channels_first(out)
 
 
