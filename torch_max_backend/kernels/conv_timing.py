@@ -15,9 +15,9 @@ Each form is a slot of a small MAX graph for its stride and dilation (the
 kernels' compile-time parameters) with symbolic sizes: input [N, H, W, C],
 already padded, and filter [kh, kw, C, O] (RSCF). Strides 1 and 2 without
 dilation share one graph; each other stride and dilation has one of its
-own. A graph is compiled once per machine (MAX's own cache keeps it, then
-about 2 s to load) and run here at the sizes asked, so timing a new shape
-costs milliseconds, not a compile.
+own. A graph is compiled once per machine and kept as an artifact that
+later processes load in milliseconds (timing_graphs.py), and run here at the
+sizes asked, so timing a new shape costs milliseconds, not a compile.
 The forms run interleaved, round after round, each result checked against
 the first form's before any is timed, and each keeps its median.
 """
@@ -29,12 +29,13 @@ import threading
 import torch
 from max.driver import Buffer
 from max.engine import Model
-from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
+from max.graph import DeviceRef, Graph, Module, TensorType, TensorValue, ops
 from max.graph.type import ConvInputLayout, FilterLayout
 
 from ..dtypes import to_max_dtype
-from .product_timing import interleaved_medians, load_timing_graph
+from .product_timing import interleaved_medians
 from .tiled_conv import tiled_conv
+from .timing_graphs import load_timing_graphs
 
 FORMS = ("tiled", "direct")
 # Rounds at least, and the time they may take together, per shape.
@@ -99,15 +100,19 @@ def _model(slots: tuple[Slot, ...]) -> Model:
             types.append(
                 TensorType(operand, [f"kh{i}", f"kw{i}", f"c{i}", f"o{i}"], cpu)
             )
-        with Graph(name, input_types=types) as graph:
-            values = [v.tensor for v in graph.inputs]
-            graph.output(
-                *(
-                    _build(form, values[2 * i], values[2 * i + 1], stride, dilation)
-                    for i, (form, stride, dilation) in enumerate(slots)
+
+        def build(module: Module | None) -> Graph:
+            with Graph(name, input_types=types, module=module) as graph:
+                values = [v.tensor for v in graph.inputs]
+                graph.output(
+                    *(
+                        _build(form, values[2 * i], values[2 * i + 1], s, d)
+                        for i, (form, s, d) in enumerate(slots)
+                    )
                 )
-            )
-        _models[slots] = load_timing_graph(graph)
+            return graph
+
+        _models[slots] = load_timing_graphs({name: build})[name]
     return _models[slots]
 
 

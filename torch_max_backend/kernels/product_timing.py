@@ -2,9 +2,10 @@
 run on the CPU.
 
 Each way (a *form*) is one small MAX graph with symbolic sizes, compiled
-once per machine (MAX's own cache keeps it: about 20 s, 70 s for the matmul
-kernel, then about 2 s to load) and run here at the sizes asked, so timing a
-new shape costs milliseconds, not a compile. The forms, by the names of the
+once per machine (about 20 s, 70 s for the matmul kernel; the forms a timing
+lacks compile together, and each is kept as an artifact that later
+processes load in milliseconds: timing_graphs.py) and run here at the sizes
+asked, so timing a new shape costs milliseconds, not a compile. The forms, by the names of the
 product strategies that build them (lower/product_kernels.py):
 
 - ``matmul``: MAX's matmul kernel;
@@ -43,16 +44,17 @@ import time
 from collections.abc import Callable
 
 import torch
-from max.driver import CPU, Buffer
+from max.driver import Buffer
 from max.dtype import DType
-from max.engine import InferenceSession, Model
-from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
+from max.engine import Model
+from max.graph import DeviceRef, Graph, Module, TensorType, TensorValue, ops
 
 from .. import logs
 from ..dtypes import dtype_name, to_max_dtype
 from ..settings import PRODUCT_STRATEGIES
 from ..storage.product_choices import last_level_cache_bytes
 from .library import SHIPPED, STREAMED, TILED, MojoLibrary, custom
+from .timing_graphs import Build, load_timing_graphs
 from .vendor_blas import VENDOR_KERNELS, no_bias, vendor_blas
 from .weight_packing import PackSpec, pack_weight, parts_for
 
@@ -83,8 +85,10 @@ def settle_timing_with(settle: Callable[[], object] | None) -> None:
 
 _log = logs.get_logger("compile")
 _lock = threading.Lock()
-_session: InferenceSession | None = None
-_models: dict[tuple[str, bool, torch.dtype], Model] = {}
+_models: dict[tuple[str, bool, torch.dtype, int], Model] = {}
+# Forms timed over one layout of the weight only: row sums read it [N, K],
+# and the packed weight is the asked one's.
+_ONE_LAYOUT = frozenset({"row_sums", "vendor_packed"})
 
 
 def _matmul(x: TensorValue, w: TensorValue, weight_nk: bool) -> TensorValue:
@@ -182,53 +186,72 @@ def _packed(parts: int, weight_nk: bool) -> Callable[..., TensorValue]:
     return build
 
 
-def _model(form: str, weight_nk: bool, dtype: torch.dtype, parts: int = 0) -> Model:
-    """The compiled graph of ``form`` (symbolic sizes), compiled or loaded
-    once; ``vendor_packed``'s takes the packed weight (``parts`` slices)
-    after W, whose sizes it reads."""
-    key = (form, weight_nk, dtype, parts)
-    if key not in _models:
-        cpu = DeviceRef.CPU()
-        rows = "m" if form != "row_sums" else 1
-        w_shape = ["n", "k"] if weight_nk else ["k", "n"]
-        # float32's graphs keep their names: MAX's cache still holds them.
-        kind = "" if dtype == torch.float32 else f"_{dtype_name(dtype)}"
-        operand = to_max_dtype(dtype)
-        packed = form == "vendor_packed"
-        # The packed bytes, held as float32 whatever the operands.
-        extra = [TensorType(DType.float32, ["p"], cpu)] if packed else []
+def _graph_name(form: str, weight_nk: bool, dtype: torch.dtype, parts: int) -> str:
+    # float32's graphs keep their names: MAX's cache still holds them.
+    kind = "" if dtype == torch.float32 else f"_{dtype_name(dtype)}"
+    packed = f"_{parts}" if form == "vendor_packed" else ""
+    return f"product_timing_{form}_{'nk' if weight_nk else 'kn'}{kind}{packed}"
+
+
+def _build(form: str, weight_nk: bool, dtype: torch.dtype, parts: int) -> Build:
+    """How ``form``'s timing graph (symbolic sizes) is built;
+    ``vendor_packed``'s takes the packed weight (``parts`` slices) after W,
+    whose sizes it reads."""
+    cpu = DeviceRef.CPU()
+    rows = "m" if form != "row_sums" else 1
+    w_shape = ["n", "k"] if weight_nk else ["k", "n"]
+    operand = to_max_dtype(dtype)
+    packed = form == "vendor_packed"
+    # The packed bytes, held as float32 whatever the operands.
+    extra = [TensorType(DType.float32, ["p"], cpu)] if packed else []
+    name = _graph_name(form, weight_nk, dtype, parts)
+
+    def build(module: Module | None) -> Graph:
         with Graph(
-            f"product_timing_{form}_{'nk' if weight_nk else 'kn'}{kind}"
-            + (f"_{parts}" if packed else ""),
+            name,
             input_types=[
                 TensorType(operand, [rows, "k"], cpu),
                 TensorType(operand, w_shape, cpu),
                 *extra,
             ],
+            module=module,
         ) as graph:
             x, w, *rest = (v.tensor for v in graph.inputs)
             if packed:
                 graph.output(_packed(parts, weight_nk)(x, w, rest[0]))
             else:
                 graph.output(_builder(form)(x, w, weight_nk))
-        _models[key] = load_timing_graph(graph)
-    return _models[key]
+        return graph
+
+    return build
 
 
-def load_timing_graph(graph: Graph) -> Model:
-    """``graph`` compiled (or loaded from MAX's cache) in the one session
-    every timing graph of this process shares."""
-    global _session
-    if _session is None:
-        _session = InferenceSession(devices=[CPU()])
-    started = time.perf_counter()
-    model = _session.load(graph)
-    _log.info(
-        "torch-max-backend: timing graph %s ready in %.1f s",
-        graph.name,
-        time.perf_counter() - started,
-    )
-    return model
+def _models_of(
+    forms: list[str], weight_nk: bool, dtype: torch.dtype, parts: int
+) -> dict[str, Model]:
+    """The compiled graph of each of ``forms``, loaded once per process;
+    those this process lacks are loaded or compiled together."""
+    # Only the packed form's graph depends on its weight's slices.
+    keys = {
+        form: (form, weight_nk, dtype, parts if form == "vendor_packed" else 0)
+        for form in forms
+    }
+    lacking = {_graph_name(*key): key for key in keys.values() if key not in _models}
+    for form, nk, kind, parts in list(lacking.values()):
+        # The same form over the weight read the other way comes along: a
+        # training step's backward reads the forward's weights so, and in
+        # one module it costs next to nothing (six bfloat16 graphs 57.9 s
+        # from empty caches, three 58.6 s; docs/benchmarks.md).
+        other = (form, not nk, kind, parts)
+        if form not in _ONE_LAYOUT and other not in _models:
+            lacking[_graph_name(*other)] = other
+    if lacking:
+        loaded = load_timing_graphs(
+            {name: _build(*key) for name, key in lacking.items()}
+        )
+        for name, model in loaded.items():
+            _models[lacking[name]] = model
+    return {form: _models[key] for form, key in keys.items()}
 
 
 def _weight_copies(w: torch.Tensor, streamed: bool) -> list[Buffer]:
@@ -261,7 +284,7 @@ def time_forms(
         raise ValueError("vendor_packed is timed on a weight in the cache")
     parts = parts_for(n)
     with _lock:
-        models = {form: _model(form, weight_nk, dtype, parts) for form in forms}
+        models = _models_of(forms, weight_nk, dtype, parts)
         gen = torch.Generator().manual_seed(0)
         x = torch.randn(rows, k, generator=gen).to(dtype)
         w = torch.randn(*((n, k) if weight_nk else (k, n)), generator=gen).to(dtype)

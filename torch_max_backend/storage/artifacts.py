@@ -40,6 +40,14 @@ def artifact_path(graph_text: str, device: str) -> Path:
     return own_cache_dir() / device_dir(device) / f"{digest}.mef"
 
 
+def timing_artifact_path(graph_text: str) -> Path:
+    """Where the artifact of a graph that times forms (kernels/timing_graphs.py)
+    lives: apart from the model graphs' artifacts, which bundles carry; a
+    timing graph serves only the machine that times with it."""
+    digest = hashlib.sha256(graph_text.encode()).hexdigest()
+    return own_cache_dir() / "timing" / f"{digest}.mef"
+
+
 # Artifacts this process compiled or loaded, oldest first: what
 # ``save_artifacts`` bundles. Bounded, as every process-wide table.
 _USED: OrderedDict[Path, None] = OrderedDict()
@@ -60,20 +68,26 @@ def used_artifacts() -> list[Path]:
 
 
 def read_artifact(
-    session: InferenceSession, path: Path, name: str | None = None
+    session: InferenceSession,
+    path: Path,
+    name: str | None = None,
+    *,
+    bundled: bool = True,
 ) -> Model | None:
     """The model initialized from ``path``, or None when there is none.
 
     An artifact compiled with other graphs (one module) holds them all: the
     model is then the one called ``name``. A damaged artifact is removed
     (with a warning) and None returned, so the caller compiles afresh.
+    ``bundled``: noted among the artifacts ``save_artifacts`` bundles.
     """
     if not path.is_file():
         return None
     try:
         models = session.init_all(read(path))
         model = next(iter(models.values())) if len(models) == 1 else models[name]
-        note_used(path)
+        if bundled:
+            note_used(path)
         return model
     except Exception as e:  # MAX raises RuntimeError for a bad artifact
         logs.warn(
@@ -88,8 +102,11 @@ def read_artifact(
         return None
 
 
-def write_artifact(compiled: CompiledModel, path: Path) -> None:
-    """Save ``compiled`` at ``path`` atomically; a failure only costs the saving."""
+def write_artifact(
+    compiled: CompiledModel, path: Path, *, bundled: bool = True
+) -> None:
+    """Save ``compiled`` at ``path`` atomically; a failure only costs the
+    saving. ``bundled``: as ``read_artifact``'s."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".partial")
@@ -97,7 +114,8 @@ def write_artifact(compiled: CompiledModel, path: Path) -> None:
         try:
             compiled.export_mef(tmp)
             os.replace(tmp, path)
-            note_used(path)
+            if bundled:
+                note_used(path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
