@@ -2,11 +2,11 @@
 run on the CPU.
 
 Each way (a *form*) is one small MAX graph with symbolic sizes, compiled
-once per machine (about 20 s, 70 s for the matmul kernel; the forms a timing
-lacks compile together, and each is kept as an artifact that later
-processes load in milliseconds: timing_graphs.py) and run here at the sizes
-asked, so timing a new shape costs milliseconds, not a compile. The forms, by the names of the
-product strategies that build them (lower/product_kernels.py):
+once per machine (the forms a timing lacks together, each kept as an
+artifact that later processes load in milliseconds: timing_graphs.py) and
+run here at the sizes asked, so timing a new shape costs milliseconds, not
+a compile. The forms, by the names of the product strategies that build
+them (lower/product_kernels.py):
 
 - ``matmul``: MAX's matmul kernel;
 - ``skinny``: our few-rows kernel (kernels/mojo/skinny_matmul.mojo);
@@ -49,7 +49,6 @@ from max.dtype import DType
 from max.engine import Model
 from max.graph import DeviceRef, Graph, Module, TensorType, TensorValue, ops
 
-from .. import logs
 from ..dtypes import dtype_name, to_max_dtype
 from ..settings import PRODUCT_STRATEGIES
 from ..storage.product_choices import last_level_cache_bytes
@@ -83,7 +82,6 @@ def settle_timing_with(settle: Callable[[], object] | None) -> None:
     _settle = settle
 
 
-_log = logs.get_logger("compile")
 _lock = threading.Lock()
 _models: dict[tuple[str, bool, torch.dtype, int], Model] = {}
 # Forms timed over one layout of the weight only: row sums read it [N, K],
@@ -187,7 +185,7 @@ def _packed(parts: int, weight_nk: bool) -> Callable[..., TensorValue]:
 
 
 def _graph_name(form: str, weight_nk: bool, dtype: torch.dtype, parts: int) -> str:
-    # float32's graphs keep their names: MAX's cache still holds them.
+    # float32's graphs name no type, as before half-precision products were timed.
     kind = "" if dtype == torch.float32 else f"_{dtype_name(dtype)}"
     packed = f"_{parts}" if form == "vendor_packed" else ""
     return f"product_timing_{form}_{'nk' if weight_nk else 'kn'}{kind}{packed}"
