@@ -80,19 +80,26 @@ def test_lacking_graphs_compile_as_one_module_then_load_from_artifacts(compiles)
 def test_graphs_that_do_not_compile_together_compile_each_alone(compiles, monkeypatch):
     session = timing_graphs.timing_session()
     spied = session.compile
+    graphs = dict(_adding(v) for v in (4, 5, 6))
+    first, second, refused = graphs
 
-    def refusing_modules(model, **kwargs):
-        if len(model.top_level_graph_names()) > 1:
-            compiles.append(model.top_level_graph_names())
+    def refusing(model, **kwargs):
+        names = model.top_level_graph_names()
+        if len(names) > 1 or names == [refused]:
+            compiles.append(names)
             raise RuntimeError("refused for the test")
         return spied(model, **kwargs)
 
-    monkeypatch.setattr(session, "compile", refusing_modules)
-    graphs = dict(_adding(v) for v in (4, 5))
-    models = timing_graphs.load_timing_graphs(graphs)
-    first, second = graphs
-    assert compiles == [[first, second], [first], [second]]
+    monkeypatch.setattr(session, "compile", refusing)
+    # A graph asked for as optional (a form's other layout) that fails alone
+    # is left out; the others are still compiled, each alone.
+    models = timing_graphs.load_timing_graphs(graphs, optional=[refused])
+    assert compiles == [[first, second, refused], [first], [second], [refused]]
     _checked(models, {first: 4, second: 5})
+    assert not timing_graphs.timing_artifact_path(str(graphs[refused](None))).exists()
+    # Asked for as needed, its failure is the caller's.
+    with pytest.raises(RuntimeError, match="refused for the test"):
+        timing_graphs.load_timing_graphs({refused: graphs[refused]})
 
 
 def test_a_product_form_comes_with_its_other_weight_layout(monkeypatch):
@@ -102,8 +109,12 @@ def test_a_product_form_comes_with_its_other_weight_layout(monkeypatch):
 
     asked: list[list[str]] = []
 
-    def loading(builds):
+    def loading(builds, optional=()):
         asked.append(sorted(builds))
+        assert sorted(optional) == [
+            "product_timing_matmul_kn_bfloat16",
+            "product_timing_summed_kn_bfloat16",
+        ]
         return {name: mock.Mock(spec=Model) for name in builds}
 
     monkeypatch.setattr(product_timing, "_models", {})

@@ -235,6 +235,7 @@ def _models_of(
         for form in forms
     }
     lacking = {_graph_name(*key): key for key in keys.values() if key not in _models}
+    companions = []
     for form, nk, kind, parts in list(lacking.values()):
         # The same form over the weight read the other way comes along: a
         # training step's backward reads the forward's weights so, and in
@@ -243,9 +244,11 @@ def _models_of(
         other = (form, not nk, kind, parts)
         if form not in _ONE_LAYOUT and other not in _models:
             lacking[_graph_name(*other)] = other
+            companions.append(_graph_name(*other))
     if lacking:
         loaded = load_timing_graphs(
-            {name: _build(*key) for name, key in lacking.items()}
+            {name: _build(*key) for name, key in lacking.items()},
+            optional=companions,
         )
         for name, model in loaded.items():
             _models[lacking[name]] = model

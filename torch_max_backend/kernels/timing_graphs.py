@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from max.driver import CPU
@@ -49,10 +49,14 @@ def timing_session() -> InferenceSession:
         return _session
 
 
-def load_timing_graphs(builds: Mapping[str, Build]) -> dict[str, Model]:
+def load_timing_graphs(
+    builds: Mapping[str, Build], optional: Collection[str] = ()
+) -> dict[str, Model]:
     """Each of ``builds``'s graphs, by name, ready to run: read from its
     saved artifact where this machine compiled it before, the others
-    compiled together as one module (each alone if the module fails)."""
+    compiled together as one module (each alone if the module fails). A
+    graph named in ``optional`` that fails alone is left out (logged); any
+    other's failure is raised."""
     session = timing_session()
     models: dict[str, Model] = {}
     missing: dict[str, tuple[Build, Path]] = {}
@@ -75,7 +79,12 @@ def load_timing_graphs(builds: Mapping[str, Build]) -> dict[str, Model]:
                 str(e).splitlines()[0] if str(e) else type(e).__name__,
             )
     for name, (build, path) in missing.items():
-        models.update(_compile_together(session, {name: (build, path)}))
+        try:
+            models.update(_compile_together(session, {name: (build, path)}))
+        except Exception as e:
+            if name not in optional:
+                raise
+            _log.info("torch-max-backend: timing graph %s left out: %s", name, e)
     return models
 
 
