@@ -236,12 +236,12 @@ def _models_of(
     }
     lacking = {_graph_name(*key): key for key in keys.values() if key not in _models}
     companions = []
-    for form, nk, kind, parts in list(lacking.values()):
+    for form, nk, *rest in list(lacking.values()):
         # The same form over the weight read the other way comes along: a
         # training step's backward reads the forward's weights so, and in
         # one module it costs next to nothing (six bfloat16 graphs 57.9 s
         # from empty caches, three 58.6 s; docs/benchmarks.md).
-        other = (form, not nk, kind, parts)
+        other = (form, not nk, *rest)
         if form not in _ONE_LAYOUT and other not in _models:
             lacking[_graph_name(*other)] = other
             companions.append(_graph_name(*other))
