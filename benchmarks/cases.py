@@ -117,9 +117,16 @@ def _stepper(
     optimizer: torch.optim.Optimizer,
     x: torch.Tensor,
     y: torch.Tensor,
+    traced_backward: bool,
 ) -> Callable[[], torch.Tensor]:
     """One training step of ``net`` on ``(x, y)``: cross-entropy over the
-    last dim of its output."""
+    last dim of its output.
+
+    ``traced_backward``: the loss is detached before ``backward()`` and
+    nothing that backward consumed outlives it, as Dynamo's traced backward
+    (``torch._dynamo.config.trace_autograd_ops``) asks: a tensor whose graph
+    ``backward()`` freed, still referenced at the optimizer's graph break,
+    makes Dynamo break the graph at ``backward()`` instead."""
 
     def step() -> torch.Tensor:
         optimizer.zero_grad()
@@ -129,6 +136,12 @@ def _stepper(
         else:
             targets = y
         loss = F.cross_entropy(out, targets)
+        if traced_backward:
+            value = loss.detach()
+            loss.backward()
+            del loss, out
+            optimizer.step()
+            return value
         loss.backward()
         optimizer.step()
         return loss.detach()
@@ -137,7 +150,10 @@ def _stepper(
 
 
 def sgd_momentum_stepper(
-    net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
+    net: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    traced_backward: bool = False,
 ) -> Callable[[], torch.Tensor]:
     """One training step of ``net`` on ``(x, y)``: SGD with momentum."""
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
@@ -148,11 +164,14 @@ def sgd_momentum_stepper(
     # buf = grad exactly (dampening 0), so every step is the later one.
     for p in net.parameters():
         optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
-    return _stepper(net, optimizer, x, y)
+    return _stepper(net, optimizer, x, y, traced_backward)
 
 
 def adamw_stepper(
-    net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
+    net: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    traced_backward: bool = False,
 ) -> Callable[[], torch.Tensor]:
     """One training step of ``net`` on ``(x, y)``: AdamW."""
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
@@ -164,7 +183,7 @@ def adamw_stepper(
             exp_avg=torch.zeros_like(p),
             exp_avg_sq=torch.zeros_like(p),
         )
-    return _stepper(net, optimizer, x, y)
+    return _stepper(net, optimizer, x, y, traced_backward)
 
 
 def _training_case(

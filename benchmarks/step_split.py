@@ -2,6 +2,7 @@
 and the PyTorch work between the graphs.
 
     python -m benchmarks.step_split --model mlp-train [--steps 300] [--replay]
+        [--traced-backward]
 
 The step is the benchmark suite's (benchmarks/cases.py: zero_grad, forward,
 cross-entropy, backward, optimizer step, all compiled with our backend). Each
@@ -18,6 +19,11 @@ copies of its last results, so the between-graph segments show what the
 Python work alone costs. What a real step spends there beyond that is the
 price of sharing two cores with MAX's worker threads, which busy-wait after
 each task (docs/benchmarks.md, "Per-call overhead").
+
+With ``--traced-backward`` Dynamo traces ``loss.backward()`` into the
+forward's graph (``torch._dynamo.config.trace_autograd_ops``): the step runs
+two graphs, the forward with its backward and the optimizer's update, and no
+autograd engine between them.
 """
 
 from __future__ import annotations
@@ -101,8 +107,17 @@ def _segments(points: list[tuple[str, float]]) -> dict[str, float]:
     return out
 
 
-def split(case: str, steps: int = 300, replay: bool = False) -> dict[str, Any]:
+def split(
+    case: str, steps: int = 300, replay: bool = False, traced_backward: bool = False
+) -> dict[str, Any]:
     """Median milliseconds of each segment of ``case``'s compiled step."""
+    with torch._dynamo.config.patch(trace_autograd_ops=traced_backward):
+        return _split(case, steps, replay, traced_backward)
+
+
+def _split(
+    case: str, steps: int, replay: bool, traced_backward: bool
+) -> dict[str, Any]:
     torch.manual_seed(0)
     model, x, y, stepper = cases._training_case(case)
     model.train()
@@ -110,7 +125,7 @@ def split(case: str, steps: int = 300, replay: bool = False) -> dict[str, Any]:
     _instrument(stamps)
     from torch_max_backend import wait_compiled
 
-    fn = cases._compile(stepper(model, x, y), "max")
+    fn = cases._compile(stepper(model, x, y, traced_backward), "max")
     fn()
     wait_compiled()
     for _ in range(5):
@@ -149,9 +164,11 @@ def main() -> None:
     parser.add_argument("--model", choices=TRAINING, default="mlp-train")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--replay", action="store_true")
+    parser.add_argument("--traced-backward", action="store_true")
     args = parser.parse_args()
-    figures = split(args.model, args.steps, args.replay)
-    print("\n".join(describe(args.model, figures, args.replay)))
+    figures = split(args.model, args.steps, args.replay, args.traced_backward)
+    name = args.model + (" (backward traced)" if args.traced_backward else "")
+    print("\n".join(describe(name, figures, args.replay)))
 
 
 if __name__ == "__main__":

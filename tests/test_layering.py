@@ -100,6 +100,7 @@ PUBLIC_FACES = {"lower.builder": "builder", "lower.passes": "passes"}
 # The compile pipeline's stages in the order a graph meets them: a stage
 # imports only the stages before it (backend.py strings them together).
 STAGES = (
+    "traced_backward",
     "handoff",
     "fallback",
     "graph_builds",

@@ -57,6 +57,7 @@ from .pipeline.fallback import (
 from .pipeline.fallback import warn as warn_fallback
 from .pipeline.graph_builds import GraphBuilds, caller_outputs
 from .pipeline.product_upgrade import start_upgrade
+from .pipeline.traced_backward import check_traced_backward
 from .pipeline.update_graphs import compiles_in_background
 from .pipeline.warm_start import start_warm
 from .runtime.compile_workers import worker_count
@@ -275,6 +276,7 @@ def max_backend(
     ``settings.MODES`` for what torch.compile's ``mode`` means here.
     """
     check_mode(mode)
+    check_traced_backward(gm, example_inputs)
     register_families()
     settings = Settings.resolve(options, mode)
     set_product_strategy(settings.product_strategy)

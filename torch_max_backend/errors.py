@@ -119,5 +119,10 @@ class LoweringError(MaxCompilerError):
         super().__init__(message)
 
 
+class TracedBackwardHooksError(MaxCompilerError):
+    """A backward traced into the graph would skip its inputs' gradient hooks
+    (pipeline/traced_backward.py)."""
+
+
 class UnsupportedCase(NotImplementedError):
     """Raised by a lowering for a case of its op that it does not cover."""
