@@ -215,6 +215,24 @@ def _training(
     max_seconds: float,
     first_call_only: bool,
     device: str = "cpu",
+    traced_backward: bool = False,
+) -> dict[str, Any]:
+    # Dynamo reads the flag while it traces: at the first calls, and at any
+    # later trace (a recompile), so it holds for the whole measurement.
+    with torch._dynamo.config.patch(trace_autograd_ops=traced_backward):
+        return _training_steps(
+            case, backend, runs, max_seconds, first_call_only, device, traced_backward
+        )
+
+
+def _training_steps(
+    case: str,
+    backend: str,
+    runs: int,
+    max_seconds: float,
+    first_call_only: bool,
+    device: str,
+    traced_backward: bool,
 ) -> dict[str, Any]:
     model, x, y, stepper = _training_case(case)
     # On the device before the stepper makes the optimizer's state there.
@@ -222,7 +240,7 @@ def _training(
     model.train()
     reference = copy.deepcopy(model)
 
-    fn = _compile(stepper(model, x, y), backend)
+    fn = _compile(stepper(model, x, y, traced_backward), backend)
     _, first = _timed_call(fn, device)
     figures: dict[str, Any] = {"first_call_s": first}
     if first_call_only:
@@ -236,7 +254,7 @@ def _training(
         wait_compiled()
     # Error: the parameters after three steps, against eager's three steps.
     fn(), fn()
-    eager_step = stepper(reference, x, y)
+    eager_step = stepper(reference, x, y, traced_backward)
     for _ in range(3):
         eager_step()
     figures["max_abs_error"] = max(
@@ -256,9 +274,11 @@ def measure(
     max_seconds: float,
     first_call_only: bool = False,
     device: str = "cpu",
+    traced_backward: bool = False,
 ) -> dict[str, Any]:
     """Every figure of one case on one backend, as measured in this process,
-    its model, inputs and optimizer state on ``device``."""
+    its model, inputs and optimizer state on ``device``; a training case's
+    backward traced into its forward's graph with ``traced_backward``."""
     if case not in CASES:
         raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
     torch.manual_seed(0)
@@ -266,7 +286,13 @@ def measure(
         warnings.simplefilter("always")
         if case.endswith("-train"):
             figures = _training(
-                case, backend, runs, max_seconds, first_call_only, device
+                case,
+                backend,
+                runs,
+                max_seconds,
+                first_call_only,
+                device,
+                traced_backward,
             )
         else:
             figures = _inference(

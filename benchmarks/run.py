@@ -50,7 +50,13 @@ BACKENDS = ("eager", "inductor", "max")
 
 
 def _child(
-    case: str, backend: str, runs: int, seconds: float, warm: bool, where: str
+    case: str,
+    backend: str,
+    runs: int,
+    seconds: float,
+    warm: bool,
+    where: str,
+    traced_backward: bool,
 ) -> None:
     """Measure one case on one backend in this (fresh) process; print JSON."""
     figures = cases.measure(
@@ -60,6 +66,7 @@ def _child(
         max_seconds=seconds,
         first_call_only=warm,
         device=where,
+        traced_backward=traced_backward,
     )
     print(json.dumps(figures), flush=True)
 
@@ -112,6 +119,8 @@ def measure(case: str, backends: list[str], args: argparse.Namespace) -> list[di
     then one more process per compiled backend for the warm compile."""
     child = ["--runs", str(args.runs), "--seconds", str(args.seconds)]
     child += device.child_args(args.device)
+    if args.traced_backward:
+        child.append("--traced-backward")
     cold = args.caches == "cold"
     processes: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
     failed: dict[str, str] = {}
@@ -192,10 +201,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--child", nargs=2, metavar=("CASE", "BACKEND"))
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--overhead", action="store_true")
+    parser.add_argument(
+        "--traced-backward",
+        action="store_true",
+        help="training steps with their backward traced into the forward's "
+        "graph (torch._dynamo.config.trace_autograd_ops), for every backend",
+    )
     args = parser.parse_args(argv)
 
     if args.child:
-        _child(*args.child, args.runs, args.seconds, args.warm, args.device)
+        _child(
+            *args.child,
+            args.runs,
+            args.seconds,
+            args.warm,
+            args.device,
+            args.traced_backward,
+        )
         return
     if args.overhead:
         from benchmarks.call_overhead import measure as measure_overhead
@@ -205,6 +227,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
 
     if args.repeat < 1:
         parser.error(f"--repeat must be 1 or more, not {args.repeat}")
+    if args.traced_backward and args.docs:
+        # docs/benchmarks.md's tables are the default settings'.
+        parser.error("--traced-backward does not rewrite the docs: drop --docs")
     models = [m for m in args.models.split(",") if m]
     backends = [b for b in args.backends.split(",") if b]
     for name in models:
@@ -252,6 +277,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     }
     if args.device != "cpu":
         results["device"] = args.device
+    if args.traced_backward:
+        results["traced_backward"] = True
     print(tabulate(report.table(rows), headers=report.HEADERS, tablefmt="simple"))
     print()
     if args.device == "cpu":

@@ -81,6 +81,36 @@ def test_eager_training_case_matches_its_reference():
     assert row["runs"] == 3
 
 
+def test_a_training_case_with_its_backward_traced_runs_in_every_process(
+    monkeypatch, capsys
+):
+    # Eager's step is the same with the loss detached before backward().
+    row = cases.measure(
+        "mlp-train", "eager", runs=3, max_seconds=60.0, traced_backward=True
+    )
+    assert row["max_abs_error"] == 0.0
+    from benchmarks import run
+
+    children: list[list[str]] = []
+
+    def spawn(args: list[str], env: dict, timeout: float) -> dict:
+        if "--overhead" in args:
+            return dict(OVERHEAD)
+        children.append(args)
+        return {"first_call_s": 0.5} if "--warm" in args else _row("mlp", "max", 5.0)
+
+    monkeypatch.setattr(run, "_spawn", spawn)
+    monkeypatch.setattr(run.bandwidth, "measure", lambda: {"gbps": 20.0})
+    argv = ["--models", "mlp-train", "--backends", "max", "--caches", "user"]
+    results = run_main([*argv, "--traced-backward"])
+    assert results["traced_backward"] is True
+    assert children and all("--traced-backward" in c for c in children)
+    # The docs' tables are the default settings'.
+    with pytest.raises(SystemExit):
+        run_main([*argv, "--traced-backward", "--docs"])
+    assert "--traced-backward does not rewrite the docs" in capsys.readouterr().err
+
+
 def test_speedups_and_targets():
     lines = {line[0] + "/" + line[1]: line for line in report.table(ROWS)}
     assert lines["mlp/max"][8] == "2.50"  # 10 ms eager / 4 ms
