@@ -56,12 +56,13 @@ def check_traced_backward(
     gm: torch.fx.GraphModule, example_inputs: Sequence[object]
 ) -> None:
     """Raise ``TracedBackwardHooksError`` if ``gm`` differentiates a graph
-    input that holds gradient hooks."""
-    placeholders = {
-        node: index for index, node in enumerate(gm.graph.find_nodes(op="placeholder"))
-    }
+    input that holds gradient hooks, or differentiates anything while a
+    process group is initialized. A graph without a traced backward (every
+    graph, unless the flag is on) passes at the cost of one node lookup."""
     grads = gm.graph.find_nodes(op="call_function", target=torch.autograd.grad)
-    if grads and _process_group_initialized():
+    if not grads:
+        return
+    if _process_group_initialized():
         raise TracedBackwardHooksError(
             "this graph's backward was traced into it "
             "(torch._dynamo.config.trace_autograd_ops=True) while a process "
@@ -70,6 +71,9 @@ def check_traced_backward(
             "all-reduce gradients, and these cannot be checked. Set "
             "torch._dynamo.config.trace_autograd_ops = False."
         )
+    placeholders = {
+        node: index for index, node in enumerate(gm.graph.find_nodes(op="placeholder"))
+    }
     hooked: dict[str, list[str]] = {}
     for node in grads:
         for leaf in _differentiated(node):
