@@ -19,6 +19,15 @@ from torch_max_backend import (
 )
 
 
+def _model_and_batch() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """One model and batch for every step here: the update's graph is shared."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)
+    )
+    return model, torch.randn(6, 8), torch.randint(0, 4, (6,))
+
+
 def test_a_graph_of_views_alone_runs_in_pytorch_and_builds_nothing(max_calls):
     reset_compile_stats()
     fn = torch.compile(lambda x: x.detach().t()[1:], backend=max_backend)
@@ -30,12 +39,8 @@ def test_a_graph_of_views_alone_runs_in_pytorch_and_builds_nothing(max_calls):
 
 def test_an_sgd_momentum_step_builds_three_graphs_over_three_steps(max_calls):
     # The benchmarks' step: momentum buffers created before the first step.
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)
-    )
+    model, x, y = _model_and_batch()
     reference = copy.deepcopy(model)
-    x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))
     compiled = torch.compile(sgd_momentum_stepper(model, x, y), backend=max_backend)
     eager = sgd_momentum_stepper(reference, x, y)
     reset_compile_stats()
@@ -48,15 +53,6 @@ def test_an_sgd_momentum_step_builds_three_graphs_over_three_steps(max_calls):
     assert compile_stats().graphs_built == 3
     assert max_calls.of("forward") == 3 and max_calls.of("backward") == 3
     assert max_calls.of("inference") == 3
-
-
-def _model_and_batch() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
-    """The three-graph test's model and batch: the update's graph is shared."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)
-    )
-    return model, torch.randn(6, 8), torch.randint(0, 4, (6,))
 
 
 def test_a_traced_backward_runs_forward_and_backward_as_one_graph(max_calls):

@@ -21,6 +21,12 @@ import torch
 
 from ..errors import TracedBackwardHooksError
 
+# Both refusals start so: what the user turned on, by its name.
+_TRACED = (
+    "this graph's backward was traced into it "
+    "(torch._dynamo.config.trace_autograd_ops=True)"
+)
+
 
 def _differentiated(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The nodes ``torch.autograd.grad`` at ``node`` takes gradients for."""
@@ -64,8 +70,7 @@ def check_traced_backward(
         return
     if _process_group_initialized():
         raise TracedBackwardHooksError(
-            "this graph's backward was traced into it "
-            "(torch._dynamo.config.trace_autograd_ops=True) while a process "
+            f"{_TRACED} while a process "
             "group is initialized: a traced backward skips the hooks on "
             "autograd nodes, through which DistributedDataParallel and FSDP "
             "all-reduce gradients, and these cannot be checked. Set "
@@ -89,8 +94,7 @@ def check_traced_backward(
         f"  {name}: {', '.join(kinds)}" for name, kinds in hooked.items()
     )
     raise TracedBackwardHooksError(
-        "this graph's backward was traced into it "
-        "(torch._dynamo.config.trace_autograd_ops=True), which computes "
+        f"{_TRACED}, which computes "
         "gradients without running the gradient hooks of these tensors; "
         "the step would differ from eager's:\n"
         f"{listed}\n"
