@@ -86,6 +86,36 @@ def test_graphs_started_together_compile_as_one_module(
     np.testing.assert_allclose(got.to_numpy(), x - 4.0, rtol=1e-6)
 
 
+def _symbolic_graph(dims: list[str], scale: float) -> Graph:
+    kind = TensorType(DType.float32, dims, device=DeviceRef.CPU())
+    with Graph("torch_max_graph", input_types=[kind]) as graph:
+        (x,) = graph.inputs
+        graph.output(x.tensor * scale)
+    return graph
+
+
+def test_graphs_with_symbolic_sizes_compile_as_one_module(module_compiles, one_worker):
+    # A graph's symbolic sizes are parameters of its name in its text
+    # (``mo.graph @torch_max_graph<rows, cols>(``): renamed inside the module,
+    # each graph keeps them (a dynamic-shape step's forward and backward).
+    graphs = [_symbolic_graph(["rows"], 3.0), _symbolic_graph(["rows", "cols"], -2.0)]
+    with module_batch.gathered():
+        futures = [_start(g) for g in graphs]
+    members = [f.result(timeout=600) for f in futures]
+    assert module_compiles == [2]
+    assert members[0].compiled is members[1].compiled
+    session = session_for(CPU)
+    rng = np.random.default_rng(1)
+    for shape in [(4,), (7,)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (got,) = members[0].init(session).execute(Buffer.from_numpy(x))
+        np.testing.assert_allclose(got.to_numpy(), x * 3.0, rtol=1e-6)
+    for shape in [(2, 3), (5, 1)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (got,) = members[1].init(session).execute(Buffer.from_numpy(x))
+        np.testing.assert_allclose(got.to_numpy(), x * -2.0, rtol=1e-6)
+
+
 def _fake_compiles(monkeypatch: pytest.MonkeyPatch, module_fails: bool) -> list:
     """Replace MAX's compiler by futures: alone compiles give their graph's
     text; a module compile fails or gives the module."""

@@ -60,7 +60,9 @@ from .compile_workers import (
 logger = logs.get_logger("compile")
 
 _local = threading.local()
-_GRAPH_OP = re.compile(r"^\s*mo\.graph @[^(\s]+\(")
+# A graph's opening: its name, then its symbolic sizes' declarations, if any
+# (``mo.graph @torch_max_graph<rows, cols>(``), which a renamed graph keeps.
+_GRAPH_OP = re.compile(r"^(\s*mo\.graph @)[A-Za-z0-9_$.]+(?=[<(])")
 # MAX's own matmul op in a graph's text (ops.matmul builds it for every rank).
 _MAX_MATMUL = re.compile(r"\brmo\.matmul\(")
 
@@ -244,9 +246,7 @@ def _merged(group: list[_Request]) -> Module | None:
         for request in group:
             if not _GRAPH_OP.match(request.text):
                 raise ValueError("a graph's text does not start with mo.graph")
-            bodies.append(
-                _GRAPH_OP.sub(f"mo.graph @{request.name}(", request.text, count=1)
-            )
+            bodies.append(_GRAPH_OP.sub(rf"\g<1>{request.name}", request.text, count=1))
         context = mlir.Context()
         parsed = mlir.Module.parse("\n".join([header, *bodies, "}"]), context)
         bytecode = io.BytesIO()
