@@ -6,9 +6,11 @@ figures come from running the suite itself, not from tests.
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
+import torch
 
 from benchmarks import cases, report
 from benchmarks.run import main as run_main
@@ -372,3 +374,69 @@ def test_memory_formats_times_both_forms_of_one_model():
     assert all(t > 0 for t in steps.values())
     with pytest.raises(SystemExit, match="unknown model 'vgg'"):
         memory_formats.measure("vgg", "eager", rounds=1, calls=1)
+
+
+def test_varying_lengths_steps_as_the_trainer_and_times_each_length():
+    from benchmarks.varying_lengths import run_rounds, trainer_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(32, 8), torch.nn.Linear(8, 32))
+    with torch.no_grad():
+        model[0].weight.mul_(50.0)  # gradients far above the clipping norm
+    step = trainer_step(model)
+    batches = {6: torch.randint(0, 32, (1, 6)), 4: torch.randint(0, 32, (1, 4))}
+    waited: list[int] = []
+    before = [p.detach().clone() for p in model.parameters()]
+    figures = run_rounds(
+        step, batches, rounds=3, after_first_round=lambda: waited.append(1)
+    )
+    assert waited == [1]  # after the first round only
+    assert list(figures["first_round_s"]) == [6, 4] and list(figures["median_ms"]) == [
+        6,
+        4,
+    ]
+    assert len(figures["losses"]) == 6 and all(
+        math.isfinite(v) for v in figures["losses"]
+    )
+    assert figures["full_speed_s"] >= sum(figures["first_round_s"].values())
+    # The gradients were clipped to norm 1 and the schedule stepped each time.
+    norm = torch.linalg.vector_norm(
+        torch.stack([p.grad.norm() for p in model.parameters()])
+    )
+    assert float(norm) == pytest.approx(1.0, abs=1e-4)
+    assert any(
+        not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True)
+    )
+
+
+def test_varying_lengths_summary_compares_each_length_and_loss_with_eager(capsys):
+    from benchmarks.varying_lengths import main, summarize
+
+    def run(ms: list[float], losses: list[float]) -> dict:
+        lengths = ["128", "96"]
+        return {
+            "first_round_s": dict.fromkeys(lengths, 2.0),
+            "full_speed_s": 5.0,
+            "median_ms": dict(zip(lengths, ms, strict=True)),
+            "losses": losses,
+        }
+
+    rows = summarize(
+        {
+            "eager": [run([900.0, 800.0], [10.0, 9.0])],
+            "inductor": [run([600.0, 500.0], [10.0, 9.0])],
+            "max": [run([450.0, 400.0], [10.0, 9.0 + 2e-5])],
+        }
+    )
+    assert rows[2][0] == "max" and rows[2][3] == "450 / 400"
+    assert rows[2][4] == "2.00 / 2.00" and rows[2][5] == "1.33 / 1.25"
+    assert rows[2][6] == "2.0e-05" and rows[0][6] == "0.0e+00"
+    for bad in (
+        ["--lengths", "128"],
+        ["--lengths", "a,b"],
+        ["--rounds", "1"],
+        ["--backends", "max"],
+    ):
+        with pytest.raises(SystemExit):
+            main(bad)
+        assert "--" in capsys.readouterr().err
