@@ -18,7 +18,8 @@ the backends taking turns, over the user's compile caches (``--caches
 cold``: empty ones, this machine's product timings carried). A process
 steps through the lengths ``--rounds`` times and reports: the first
 round's seconds per length (compiles included: the second length is
-where Dynamo retraces with a symbolic length), for max the seconds until
+where Dynamo retraces with a symbolic length; with ``--dynamic``, compiled
+with ``dynamic=True``, the first length is traced symbolic already), for max the seconds until
 every graph was on MAX (the backward and the update may compile in the
 background while their first calls run in PyTorch), then the median step
 per length over the later rounds. Every step's loss is compared with
@@ -105,7 +106,9 @@ def run_rounds(
     }
 
 
-def _child(backend: str, lengths: list[int], rounds: int, layers: int) -> None:
+def _child(
+    backend: str, lengths: list[int], rounds: int, layers: int, symbolic_first: bool
+) -> None:
     """One backend in this (fresh) process; prints its figures as JSON."""
     torch.manual_seed(0)
     model, _ = zoo.gpt2(layers=layers)
@@ -115,12 +118,15 @@ def _child(backend: str, lengths: list[int], rounds: int, layers: int) -> None:
     model.train()
     step = trainer_step(model)
     wait: Callable[[], None] = lambda: None  # noqa: E731
+    # None: Dynamo's default (static first, symbolic from the second length).
+    dynamic = True if symbolic_first else None
     if backend == "inductor":
-        step = torch.compile(step)
+        step = torch.compile(step, dynamic=dynamic)
     elif backend == "max":
         from torch_max_backend import wait_compiled
 
-        step, wait = torch.compile(step, backend="max"), wait_compiled
+        step = torch.compile(step, backend="max", dynamic=dynamic)
+        wait = wait_compiled
     generator = torch.Generator().manual_seed(1)
     batches = {n: torch.randint(0, VOCAB, (1, n), generator=generator) for n in lengths}
     figures = run_rounds(step, batches, rounds, wait)
@@ -135,7 +141,7 @@ def _child(backend: str, lengths: list[int], rounds: int, layers: int) -> None:
 def _measure(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     argv = ["-m", "benchmarks.varying_lengths", "--child", backend]
     argv += ["--lengths", args.lengths, "--rounds", str(args.rounds)]
-    argv += ["--layers", str(args.layers)]
+    argv += ["--layers", str(args.layers)] + (["--dynamic"] if args.dynamic else [])
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         env = dict(os.environ)
         cold = args.caches == "cold" and backend != "eager"
@@ -190,6 +196,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--caches", choices=("user", "cold"), default="user")
+    parser.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="compile with dynamic=True: the first length already traced symbolic",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", choices=BACKENDS)
     args = parser.parse_args(argv)
@@ -202,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds < 2:
         parser.error("--rounds: 2 or more (the first round compiles)")
     if args.child:
-        _child(args.child, lengths, args.rounds, args.layers)
+        _child(args.child, lengths, args.rounds, args.layers, args.dynamic)
         return
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]
