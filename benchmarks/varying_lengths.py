@@ -18,8 +18,9 @@ the backends taking turns, over the user's compile caches (``--caches
 cold``: empty ones, this machine's product timings carried). A process
 steps through the lengths ``--rounds`` times and reports: the first
 round's seconds per length (compiles included: the second length is
-where Dynamo retraces with a symbolic length; with ``--dynamic``, compiled
-with ``dynamic=True``, the first length is traced symbolic already), for max the seconds until
+where Dynamo retraces with a symbolic length; ``--symbolic dynamic``
+compiles with ``dynamic=True`` and ``--symbolic mark`` marks the length
+dynamic, either tracing the first length symbolic already), for max the seconds until
 every graph was on MAX (the backward and the update may compile in the
 background while their first calls run in PyTorch), then the median step
 per length over the later rounds. Every step's loss is compared with
@@ -107,7 +108,7 @@ def run_rounds(
 
 
 def _child(
-    backend: str, lengths: list[int], rounds: int, layers: int, symbolic_first: bool
+    backend: str, lengths: list[int], rounds: int, layers: int, symbolic: str
 ) -> None:
     """One backend in this (fresh) process; prints its figures as JSON."""
     torch.manual_seed(0)
@@ -119,7 +120,7 @@ def _child(
     step = trainer_step(model)
     wait: Callable[[], None] = lambda: None  # noqa: E731
     # None: Dynamo's default (static first, symbolic from the second length).
-    dynamic = True if symbolic_first else None
+    dynamic = True if symbolic == "dynamic" else None
     if backend == "inductor":
         step = torch.compile(step, dynamic=dynamic)
     elif backend == "max":
@@ -129,6 +130,9 @@ def _child(
         wait = wait_compiled
     generator = torch.Generator().manual_seed(1)
     batches = {n: torch.randint(0, VOCAB, (1, n), generator=generator) for n in lengths}
+    if symbolic == "mark":
+        for ids in batches.values():
+            torch._dynamo.mark_dynamic(ids, 1)  # the length alone, from the first
     figures = run_rounds(step, batches, rounds, wait)
     if backend == "max":
         from torch_max_backend import compile_stats
@@ -141,7 +145,7 @@ def _child(
 def _measure(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     argv = ["-m", "benchmarks.varying_lengths", "--child", backend]
     argv += ["--lengths", args.lengths, "--rounds", str(args.rounds)]
-    argv += ["--layers", str(args.layers)] + (["--dynamic"] if args.dynamic else [])
+    argv += ["--layers", str(args.layers), "--symbolic", args.symbolic]
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         env = dict(os.environ)
         cold = args.caches == "cold" and backend != "eager"
@@ -197,9 +201,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--caches", choices=("user", "cold"), default="user")
     parser.add_argument(
-        "--dynamic",
-        action="store_true",
-        help="compile with dynamic=True: the first length already traced symbolic",
+        "--symbolic",
+        choices=("default", "dynamic", "mark"),
+        default="default",
+        help="default: Dynamo's (static first, the length symbolic from the "
+        "second); dynamic: torch.compile(dynamic=True); mark: the length "
+        "marked dynamic (torch._dynamo.mark_dynamic) from the first batch",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", choices=BACKENDS)
@@ -213,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds < 2:
         parser.error("--rounds: 2 or more (the first round compiles)")
     if args.child:
-        _child(args.child, lengths, args.rounds, args.layers, args.dynamic)
+        _child(args.child, lengths, args.rounds, args.layers, args.symbolic)
         return
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]
