@@ -20,10 +20,10 @@ steps through the lengths ``--rounds`` times and reports: the first
 round's seconds per length (compiles included: the second length is
 where Dynamo retraces with a symbolic length; ``--symbolic dynamic``
 compiles with ``dynamic=True`` and ``--symbolic mark`` marks the length
-dynamic, either tracing the first length symbolic already), for max the seconds until
-every graph was on MAX (the backward and the update may compile in the
-background while their first calls run in PyTorch), then the median step
-per length over the later rounds. Every step's loss is compared with
+dynamic, either tracing the first length symbolic already), for max the
+seconds until every graph was on MAX (the backward and the update may
+compile in the background while their first calls run in PyTorch), then
+the median step per length over the later rounds. Every step's loss is compared with
 eager's, step for step, from the same weights and batches.
 """
 
@@ -242,7 +242,10 @@ def main(argv: list[str] | None = None) -> None:
     ]
     print(tabulate(summarize(runs), headers=headers))
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(), "runs": runs}))
+        settings = {"symbolic": args.symbolic, "caches": args.caches}
+        args.json.write_text(
+            json.dumps({"machine": machine(), **settings, "runs": runs})
+        )
 
 
 if __name__ == "__main__":
