@@ -186,16 +186,22 @@ def adamw_stepper(
     return _stepper(net, optimizer, x, y, traced_backward)
 
 
+def gpt2_for_training(layers: int = 6) -> tuple[torch.nn.Module, torch.Tensor]:
+    """GPT-2 small's first ``layers`` layers with dropout off (max's steps
+    are compared with eager's, draw for draw), and a 1x128 batch of ids."""
+    model, (ids,) = zoo.gpt2(layers=layers)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model, ids
+
+
 def _training_case(
     case: str,
 ) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor, Any]:
     """The model, its input and targets, and the stepper of a ``-train`` case."""
     if case == "gpt2-train":
-        model, (ids,) = zoo.gpt2(layers=6)
-        # Dropout off: max's step is compared with eager's, draw for draw.
-        for module in model.modules():
-            if isinstance(module, torch.nn.Dropout):
-                module.p = 0.0
+        model, ids = gpt2_for_training()
         # Next-token targets: the inputs shifted by one, the last wrapped.
         return model, ids, ids.roll(-1, dims=1), adamw_stepper
     if case == "resnet18-train":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,16 @@ class ChildFailed(Exception):
     def __init__(self, returncode: int, stderr: str) -> None:
         self.returncode, self.stderr = returncode, stderr
         super().__init__(f"exit {returncode}")
+
+
+def cache_env(directory: Path | None) -> dict[str, str]:
+    """The environment of a child whose compile caches live in ``directory``
+    (None: the user's own)."""
+    env = dict(os.environ)
+    if directory is not None:
+        env["MODULAR_DERIVED_PATH"] = str(directory)
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(directory / "inductor")
+    return env
 
 
 def child_json(

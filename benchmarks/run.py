@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks import bandwidth, cases, device, report
-from benchmarks.child import ChildFailed, child_json, turn_order
+from benchmarks.child import ChildFailed, cache_env, child_json, turn_order
 from benchmarks.docs_sections import command_line, vendor_label
 from benchmarks.machine import cpu_line, machine, product_timings_carried
 
@@ -84,15 +83,6 @@ def _spawn(args: list[str], env: dict[str, str], timeout: float) -> dict[str, An
         lines = e.stderr.strip().splitlines() or [f"exit {e.returncode}"]
         print(e.stderr[-3000:], file=sys.stderr)
         raise CaseFailed(lines[-1][:200]) from e
-
-
-def _cache_env(directory: Path | None) -> dict[str, str]:
-    """The environment of a child whose compile caches live in ``directory``."""
-    env = dict(os.environ)
-    if directory is not None:
-        env["MODULAR_DERIVED_PATH"] = str(directory)
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(directory / "inductor")
-    return env
 
 
 def _steady_state(processes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -141,7 +131,7 @@ def measure(case: str, backends: list[str], args: argparse.Namespace) -> list[di
                 argv = ["--child", case, backend, *child]
                 try:
                     processes[backend].append(
-                        _spawn(argv, _cache_env(caches[backend]), args.timeout)
+                        _spawn(argv, cache_env(caches[backend]), args.timeout)
                     )
                 except CaseFailed as e:
                     failed[backend] = str(e)
@@ -153,7 +143,7 @@ def measure(case: str, backends: list[str], args: argparse.Namespace) -> list[di
                 row = _steady_state(processes[backend])
                 if backend != "eager":
                     argv = ["--child", case, backend, *child, "--warm"]
-                    warm = _spawn(argv, _cache_env(caches[backend]), args.timeout)
+                    warm = _spawn(argv, cache_env(caches[backend]), args.timeout)
                     row["warm_first_call_s"] = warm["first_call_s"]
             except CaseFailed as e:
                 row = {"case": case, "backend": backend, "error": str(e)}
@@ -164,7 +154,7 @@ def measure(case: str, backends: list[str], args: argparse.Namespace) -> list[di
 
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
     """Per-call overhead of a tiny 2-input graph, in its own process."""
-    return _spawn(["--overhead"], _cache_env(None), args.timeout)
+    return _spawn(["--overhead"], cache_env(None), args.timeout)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:

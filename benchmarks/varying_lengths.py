@@ -23,15 +23,14 @@ compiles with ``dynamic=True`` and ``--symbolic mark`` marks the length
 dynamic, either tracing the first length symbolic already), for max the
 seconds until every graph was on MAX (the backward and the update may
 compile in the background while their first calls run in PyTorch), then
-the median step per length over the later rounds. Every step's loss is compared with
-eager's, step for step, from the same weights and batches.
+the median step per length over the later rounds. Every step's loss is
+compared with eager's, step for step, from the same weights and batches.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -44,12 +43,11 @@ import torch
 import torch.nn.functional as F
 from tabulate import tabulate
 
-from benchmarks import zoo
-from benchmarks.child import child_json_or_exit, turn_order
+from benchmarks.cases import gpt2_for_training
+from benchmarks.child import cache_env, child_json_or_exit, turn_order
 from benchmarks.machine import cpu_line, machine, product_timings_carried
 
 BACKENDS = ("eager", "inductor", "max")
-VOCAB = 50257
 _TIMEOUT_S = 3600.0
 
 
@@ -112,11 +110,9 @@ def _child(
 ) -> None:
     """One backend in this (fresh) process; prints its figures as JSON."""
     torch.manual_seed(0)
-    model, _ = zoo.gpt2(layers=layers)
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
+    model, _ = gpt2_for_training(layers)
     model.train()
+    vocab = model.model.config.vocab_size
     step = trainer_step(model)
     wait: Callable[[], None] = lambda: None  # noqa: E731
     # None: Dynamo's default (static first, symbolic from the second length).
@@ -129,7 +125,7 @@ def _child(
         step = torch.compile(step, backend="max", dynamic=dynamic)
         wait = wait_compiled
     generator = torch.Generator().manual_seed(1)
-    batches = {n: torch.randint(0, VOCAB, (1, n), generator=generator) for n in lengths}
+    batches = {n: torch.randint(0, vocab, (1, n), generator=generator) for n in lengths}
     if symbolic == "mark":
         for ids in batches.values():
             torch._dynamo.mark_dynamic(ids, 1)  # the length alone, from the first
@@ -147,12 +143,9 @@ def _measure(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     argv += ["--lengths", args.lengths, "--rounds", str(args.rounds)]
     argv += ["--layers", str(args.layers), "--symbolic", args.symbolic]
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        env = dict(os.environ)
-        cold = args.caches == "cold" and backend != "eager"
-        if cold:
-            env["MODULAR_DERIVED_PATH"] = tmp
-            env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
-        with product_timings_carried(Path(tmp) if cold else None):
+        caches = Path(tmp) if args.caches == "cold" and backend != "eager" else None
+        with product_timings_carried(caches):
+            env = cache_env(caches)
             return child_json_or_exit(argv, backend, env=env, timeout=_TIMEOUT_S)
 
 
