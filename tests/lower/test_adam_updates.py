@@ -67,13 +67,17 @@ def _optimizer(
     return params, optimizer
 
 
-def _steps_match_eager(kind: str, shapes, rates=(None,) * 3, **options) -> None:
+def _steps_match_eager(
+    kind: str, shapes, rates=(None,) * 3, dynamic: bool | None = None, **options
+) -> None:
     """One compiled step and one eager step per rate (a tensor learning
     rate set to it first, where given); parameters and state then match.
     Strict: no op of the step runs in PyTorch."""
     params, optimizer = _optimizer(kind, shapes, **options)
     expected, reference = _optimizer(kind, shapes, **options)
-    step = torch.compile(optimizer.step, backend=max_backend, options={"strict": True})
+    step = torch.compile(
+        optimizer.step, backend=max_backend, dynamic=dynamic, options={"strict": True}
+    )
     for rate in rates:
         if rate is not None:
             for group in (*optimizer.param_groups, *reference.param_groups):
@@ -110,6 +114,21 @@ def test_a_tensor_learning_rate_is_read_at_each_call(graph_texts):
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
     # torch divides the rate by the bias correction here.
     assert text.count(f'"{COUNT}", parameters = {{lr_divides = true}}') == len(SHAPES)
+
+
+@pytest.mark.parametrize("kind", ["adamw", "adam"])
+def test_numbers_dynamo_made_inputs_keep_both_kernels(kind, graph_texts):
+    """Under ``torch.compile(dynamic=True)`` Dynamo hands the step's Python
+    floats (the second moment's beta, eps, the learning rate, the weight
+    decay) to the graph as one-element tensors; the update and its count
+    still run as our two kernels, reading them at each call."""
+    # Adam's coupled weight decay is not the kernel's (lowered as written).
+    decay = {"weight_decay": 0.03} if kind == "adamw" else {}
+    _steps_match_eager(kind, SHAPES, dynamic=True, **decay)
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(SHAPES)
+    assert text.count(f'"{COUNT}", parameters = {{lr_divides = false}}') == len(SHAPES)
+    assert "rmo.pow" not in text
 
 
 def test_the_updates_numbers_are_graph_inputs(graph_texts):

@@ -34,12 +34,14 @@ def _optimizer(
     return params, optimizer
 
 
-def _steps_match_eager(shapes, rates=(0.1, 0.1, 0.1), **options) -> None:
+def _steps_match_eager(
+    shapes, rates=(0.1, 0.1, 0.1), dynamic: bool | None = None, **options
+) -> None:
     """One compiled step and one eager step per learning rate; parameters
     and momentum buffers then match."""
     params, optimizer = _optimizer(shapes, lr=rates[0], **options)
     expected, reference = _optimizer(shapes, lr=rates[0], **options)
-    step = torch.compile(optimizer.step, backend=max_backend)
+    step = torch.compile(optimizer.step, backend=max_backend, dynamic=dynamic)
     for rate in rates:
         for group in (*optimizer.param_groups, *reference.param_groups):
             group["lr"] = rate
@@ -69,6 +71,18 @@ def test_each_update_is_one_kernel_and_matches_eager(options, graph_texts):
     # The rate and momentum are each update's numbers input, read by its
     # kernel; no number of a replaced op is left as an input nothing reads.
     assert unread_inputs(text) == []
+
+
+def test_numbers_dynamo_made_inputs_keep_the_kernel(graph_texts):
+    """Under ``torch.compile(dynamic=True)`` Dynamo hands the momentum to
+    the graph as a one-element tensor and ``1 - dampening`` as a symbolic
+    float; each update is still our kernel, reading them at each call."""
+    _steps_match_eager(
+        SHAPES, dynamic=True, momentum=0.7, weight_decay=0.01, dampening=0.25
+    )
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(SHAPES)
+    assert "mo.mutable.store" not in text
 
 
 def test_a_new_learning_rate_reuses_the_compiled_graph(graph_texts):

@@ -21,11 +21,13 @@ from typing import Any
 
 import torch
 from max.dtype import DType
-from max.graph import BufferValue, TensorType, TensorValue, ops
+from max.graph import BufferValue, DeviceRef, Dim, TensorType, TensorValue, ops
 
 from ...errors import MaxCompilerError
 from ...kernels.library import OPTIMIZER, SHIPPED, custom_in_place
 from ..passes import Coefficient, OptimizerUpdate
+from ..scalars import ScalarArg
+from .sym_numbers import dim_operand
 
 # Adam's step count kernel (kernels/mojo_optimizer/adam_count.mojo), and the
 # coefficients it hands the update kernel: [decay, w1, beta2, w2, a, b].
@@ -50,9 +52,11 @@ def _coefficients(
     update: OptimizerUpdate,
     values: Mapping[torch.fx.Node, Any],
     numbers: TensorValue | None,
+    device: DeviceRef,
 ) -> TensorValue:
-    """The kernel's coefficient vector (float32): tensors the graph computed
-    and runs of plain numbers sliced from ``numbers``."""
+    """The kernel's coefficient vector (float32) on ``device``: tensors and
+    symbolic numbers the graph computed, and runs of plain numbers sliced
+    from ``numbers``."""
     parts: list[TensorValue] = []
     taken = 0  # plain numbers used so far
     run = 0  # plain numbers in the run not yet sliced
@@ -63,11 +67,23 @@ def _coefficients(
         if run:
             parts.append(_sliced(numbers, taken, run))
             taken, run = taken + run, 0
-        value = values[coefficient]
-        parts.append(ops.cast(ops.reshape(value, [1]), DType.float32))
+        parts.append(_one_float(values[coefficient], device))
     if run:
         parts.append(_sliced(numbers, taken, run))
     return parts[0] if len(parts) == 1 else ops.concat(parts, axis=0)
+
+
+def _one_float(value: Any, device: DeviceRef) -> TensorValue:
+    """A coefficient the graph computes as a ``[1]`` float32 vector: a
+    one-element tensor, or a symbolic number (``dynamic=True``) as a run-time
+    scalar or a dim (an int that MAX's dim algebra kept)."""
+    if isinstance(value, Dim):
+        value = dim_operand(value, device)
+    if isinstance(value, ScalarArg):
+        value = value.value
+    if isinstance(value, int | float):
+        return ops.constant([value], DType.float32, device)
+    return ops.cast(ops.reshape(value, [1]), DType.float32)
 
 
 def _sliced(numbers: TensorValue | None, start: int, count: int) -> TensorValue:
@@ -89,7 +105,7 @@ def optimizer_step(
     in place; ``values`` holds the built nodes (the coefficients that are
     tensors), ``numbers`` the graph input of the update's plain numbers
     (``update_numbers``)."""
-    coefficients = _coefficients(update, values, numbers)
+    coefficients = _coefficients(update, values, numbers, grad.device)
     if update.count is not None:
         # Our count kernel adds one to the step in place and computes the
         # update kernel's bias corrections from it (passes/adam_counts.py).

@@ -5,7 +5,8 @@ capturable form) count the step and turn it into the two numbers our
 ``adam_step`` kernel divides by (``a`` and ``b`` in passes/adam_updates.py)::
 
     step'   = step + 1                     (written back into ``step``)
-    size    = reciprocal(1 - beta1 ** step') * lr    (a number lr)
+    size    = reciprocal(1 - beta1 ** step') * lr    (a number lr, or a
+                                                      graph input's value)
             = lr / (1 - beta1 ** step')              (a tensor lr)
     a       = sqrt(1 - beta2 ** step') * -size
     b       = reciprocal(-size) * eps
@@ -24,7 +25,14 @@ from dataclasses import dataclass
 import torch
 
 from .findings import Coefficient, StepCount
-from .update_match import call, is_input, is_number, scalar_tensor, write_back
+from .update_match import (
+    call,
+    coefficient,
+    is_input,
+    is_number,
+    scalar_tensor,
+    write_back,
+)
 
 aten = torch.ops.aten
 
@@ -60,12 +68,12 @@ def _step_size(
         if isinstance(lr, torch.fx.Node) and scalar_tensor(lr):
             return correction, lr, True, [node]
         return None
-    if not call(node, aten.mul.Tensor, 2) or not is_number(node.args[1]):
+    if not call(node, aten.mul.Tensor, 2):
         return None
-    inverse = node.args[0]
-    if not call(inverse, aten.reciprocal.default, 1):
+    inverse, lr = node.args[0], coefficient(node.args[1])
+    if lr is None or not call(inverse, aten.reciprocal.default, 1):
         return None
-    return inverse.args[0], float(node.args[1]), False, [node, inverse]
+    return inverse.args[0], lr, False, [node, inverse]
 
 
 def counted(a: object, b: object) -> CountChain | None:
@@ -79,7 +87,8 @@ def counted(a: object, b: object) -> CountChain | None:
         return None
     if not (call(inverse, aten.reciprocal.default, 1) and inverse.args[0] is negative):
         return None
-    if not is_number(eps):
+    eps = coefficient(eps)
+    if eps is None:
         return None
     second = _one_minus_power(root.args[0])
     size = _step_size(negative.args[0])
@@ -101,7 +110,7 @@ def counted(a: object, b: object) -> CountChain | None:
         return None
     return CountChain(
         count=StepCount(step=step, lr_divides=lr_divides),
-        coefficients=(beta1, beta2, lr, float(eps)),
+        coefficients=(beta1, beta2, lr, eps),
         write_back=stored,
         replaced=(
             a,

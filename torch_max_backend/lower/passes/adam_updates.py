@@ -27,9 +27,10 @@ import dataclasses
 import torch
 
 from .adam_counts import counted
-from .findings import OptimizerUpdate
+from .findings import Coefficient, OptimizerUpdate
 from .update_match import (
     call,
+    coefficient,
     is_input,
     is_number,
     kernel_may_run,
@@ -45,9 +46,10 @@ KERNEL = "torch_max_backend_adam_step"
 
 def _second_moment(
     node: object, grad: torch.fx.Node
-) -> tuple[torch.fx.Node, float, float, list[torch.fx.Node]] | None:
+) -> tuple[torch.fx.Node, Coefficient, Coefficient, list[torch.fx.Node]] | None:
     """``(exp_avg_sq, beta2, w2, its nodes)`` of ``grad * grad * w2 +
-    exp_avg_sq * beta2`` as functionalized ``mul_(beta2).addcmul_`` reads."""
+    exp_avg_sq * beta2`` as functionalized ``mul_(beta2).addcmul_`` reads
+    (``beta2`` a number, or a graph input's value under ``dynamic=True``)."""
     if not call(node, aten.copy.default, 2):
         return None
     fma = node.args[1]
@@ -59,9 +61,10 @@ def _second_moment(
     if not (call(scaled, aten.mul.Tensor, 2) and node.args[0] is scaled):
         return None
     exp_avg_sq, beta2 = scaled.args
-    if not (is_input(exp_avg_sq) and is_number(beta2) and is_number(w2)):
+    beta2, w2 = coefficient(beta2), coefficient(w2)
+    if not is_input(exp_avg_sq) or beta2 is None or w2 is None:
         return None
-    return exp_avg_sq, float(beta2), float(w2), [node, fma, square, scaled]
+    return exp_avg_sq, beta2, w2, [node, fma, square, scaled]
 
 
 def _weight(node: object) -> float | None:

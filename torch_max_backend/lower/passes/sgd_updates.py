@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .findings import Coefficient, OptimizerUpdate
-from .update_match import call, is_input, is_number, kernel_may_run, write_back
+from .update_match import call, coefficient, is_input, kernel_may_run, write_back
 
 aten = torch.ops.aten
 ADD = aten.add.Tensor
@@ -33,11 +33,12 @@ KERNEL = "torch_max_backend_sgd_step"
 
 
 def _scaled(node: torch.fx.Node, key: str) -> Coefficient | None:
-    """The number ``node`` scales its argument ``key`` by: its keyword, 1
-    when absent, None when not a number."""
+    """The number ``node`` scales its argument ``key`` by: its keyword (a
+    number, or a symbolic float under ``dynamic=True``), 1 when absent,
+    None when neither."""
     if key not in node.kwargs:
         return 1.0
-    return float(node.kwargs[key]) if is_number(node.kwargs[key]) else None
+    return coefficient(node.kwargs[key])
 
 
 def _direction(node: object) -> tuple[torch.fx.Node, Coefficient, list] | None:
@@ -61,12 +62,11 @@ def _buffer_update(
     scaled, direction = node.args
     if not (call(scaled, aten.mul.Tensor, 2) and is_input(scaled.args[0])):
         return None
-    if not is_number(scaled.args[1]):
-        return None
+    momentum = coefficient(scaled.args[1])
     damped = _scaled(node, "alpha")
-    if damped is None or not isinstance(direction, torch.fx.Node):
+    if momentum is None or damped is None or not isinstance(direction, torch.fx.Node):
         return None
-    return scaled.args[0], direction, [float(scaled.args[1]), damped], [node, scaled]
+    return scaled.args[0], direction, [momentum, damped], [node, scaled]
 
 
 def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..kit import device_of, is_static, tensor_meta
-from .findings import OptimizerUpdate
+from .findings import Coefficient, OptimizerUpdate
 from .mutations import writes_input
 
 
@@ -35,6 +35,22 @@ def scalar_tensor(node: object) -> bool:
     """Whether ``node`` is a one-element float32 tensor."""
     meta = tensor_meta(node)
     return meta is not None and meta.numel() == 1 and meta.dtype == torch.float32
+
+
+def coefficient(value: object) -> Coefficient | None:
+    """``value`` as an update kernel's coefficient: a number as a float; a
+    one-element float32 tensor or a symbolic number as its node (under
+    ``dynamic=True`` Dynamo hands an optimizer's Python numbers to the graph
+    so, and the kernel reads them at each call); None for anything else."""
+    if is_number(value):
+        return float(value)
+    if scalar_tensor(value):
+        return value
+    if isinstance(value, torch.fx.Node) and isinstance(
+        value.meta.get("val"), (torch.SymFloat, torch.SymInt)
+    ):
+        return value
+    return None
 
 
 def write_back(target: torch.fx.Node, value: torch.fx.Node) -> torch.fx.Node | None:
