@@ -131,6 +131,26 @@ def test_numbers_dynamo_made_inputs_keep_both_kernels(kind, graph_texts):
     assert "rmo.pow" not in text
 
 
+@pytest.mark.parametrize("kind", ["adamw", "adam"])
+def test_a_foreach_step_runs_the_for_loop_steps_kernels(kind, graph_texts):
+    """``foreach=True`` (PyTorch's default for CUDA parameters) updates by
+    list ops; unrolled per parameter and its denominators rebuilt in the
+    for-loop form (passes/foreach_unroll.py, foreach_adam.py), each update
+    and its count are our kernels again."""
+    _steps_match_eager(kind, SHAPES, foreach=True)
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(SHAPES)
+    assert text.count(f'"{COUNT}", parameters = {{lr_divides = false}}') == len(SHAPES)
+    assert "rmo.pow" not in text
+
+
+def test_a_foreach_step_the_kernels_do_not_cover_matches_eager(graph_texts):
+    """amsgrad is not the kernel's: the unrolled list ops are lowered one by
+    one, and the step still gives eager's parameters and state."""
+    _steps_match_eager("adamw", SHAPES[:2], foreach=True, amsgrad=True)
+    assert all(KERNEL not in text for text in graph_texts())
+
+
 def test_the_updates_numbers_are_graph_inputs(graph_texts):
     """The update's plain numbers (AdamW's decay 1 - lr * weight_decay, the
     moments' weights 1 - beta) reach the kernel as a graph input, not as

@@ -85,6 +85,35 @@ def test_numbers_dynamo_made_inputs_keep_the_kernel(graph_texts):
     assert "mo.mutable.store" not in text
 
 
+def test_a_foreach_step_is_one_kernel_per_parameter(graph_texts):
+    """``foreach=True`` updates by list ops, unrolled per parameter
+    (passes/foreach_unroll.py): each update is our kernel again."""
+    _steps_match_eager(
+        SHAPES, foreach=True, momentum=0.7, weight_decay=0.01, dampening=0.25
+    )
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(SHAPES)
+    assert "mo.mutable.store" not in text
+
+
+def test_a_foreach_nesterov_step_is_lowered_as_written(graph_texts):
+    """Multi-tensor nesterov also writes the new direction into the
+    gradients, which the kernel does not: its ops are lowered one by one,
+    gradients included."""
+    params, optimizer = _optimizer(
+        SHAPES[:2], lr=0.1, momentum=0.9, nesterov=True, foreach=True
+    )
+    expected, reference = _optimizer(
+        SHAPES[:2], lr=0.1, momentum=0.9, nesterov=True, foreach=True
+    )
+    torch.compile(optimizer.step, backend=max_backend)()
+    reference.step()
+    for p, q in zip(params, expected, strict=True):
+        torch.testing.assert_close(p, q)
+        torch.testing.assert_close(p.grad, q.grad)
+    assert all(KERNEL not in text for text in graph_texts())
+
+
 def test_a_new_learning_rate_reuses_the_compiled_graph(graph_texts):
     """Dynamo traces the step again for a new rate (a Python float); the
     MAX graph is the same text, so its compiled artifact is reused."""

@@ -30,6 +30,8 @@ from .findings import (
     SlotWrite,
 )
 from .folding import find_constants
+from .foreach_adam import with_single_tensor_adam
+from .foreach_unroll import unrolled_foreach
 from .joint_saves import without_unread_saves
 from .mutations import find_mutations, writes_input
 from .optimizer_updates import find_optimizer_updates
@@ -81,6 +83,13 @@ PASSES: tuple[GraphPass, ...] = (
     # pattern after it.
     GraphPass(
         "strided_copies", lambda gm, found: without_strided_copies(gm), rewrites=True
+    ),
+    # Before the optimizer-update patterns look for each parameter's update:
+    # a foreach optimizer's list ops unrolled, then its Adam denominators
+    # rebuilt in the for-loop form.
+    GraphPass("foreach_unroll", lambda gm, found: unrolled_foreach(gm), rewrites=True),
+    GraphPass(
+        "foreach_adam", lambda gm, found: with_single_tensor_adam(gm), rewrites=True
     ),
     # Before repeats: merging the squares of norms of one input would give
     # their chains shared inner nodes, which rms_norms leaves written out.

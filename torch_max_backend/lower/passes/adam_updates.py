@@ -49,22 +49,30 @@ def _second_moment(
 ) -> tuple[torch.fx.Node, Coefficient, Coefficient, list[torch.fx.Node]] | None:
     """``(exp_avg_sq, beta2, w2, its nodes)`` of ``grad * grad * w2 +
     exp_avg_sq * beta2`` as functionalized ``mul_(beta2).addcmul_`` reads
-    (``beta2`` a number, or a graph input's value under ``dynamic=True``)."""
-    if not call(node, aten.copy.default, 2):
+    (``beta2`` a number, or a graph input's value under ``dynamic=True``),
+    or as the unrolled ``_foreach_addcmul`` computes it (foreach_unroll.py)."""
+    if call(node, aten.copy.default, 2):
+        fma = node.args[1]
+        if not call(fma, prims.fma.default, 3):
+            return None
+        square, w2, scaled = fma.args
+        if node.args[0] is not scaled:
+            return None
+        nodes = [node, fma]
+    elif call(node, aten.add.Tensor, 2) and call(node.args[1], aten.mul.Tensor, 2):
+        scaled, (square, w2) = node.args[0], node.args[1].args
+        nodes = [node, node.args[1]]
+    else:
         return None
-    fma = node.args[1]
-    if not call(fma, prims.fma.default, 3):
-        return None
-    square, w2, scaled = fma.args
     if not (call(square, aten.mul.Tensor, 2) and square.args == (grad, grad)):
         return None
-    if not (call(scaled, aten.mul.Tensor, 2) and node.args[0] is scaled):
+    if not call(scaled, aten.mul.Tensor, 2):
         return None
     exp_avg_sq, beta2 = scaled.args
     beta2, w2 = coefficient(beta2), coefficient(w2)
     if not is_input(exp_avg_sq) or beta2 is None or w2 is None:
         return None
-    return exp_avg_sq, beta2, w2, [node, fma, square, scaled]
+    return exp_avg_sq, beta2, w2, [*nodes, square, scaled]
 
 
 def _weight(node: object) -> float | None:
@@ -104,6 +112,8 @@ def _lerp(node: object) -> tuple[torch.fx.Node, torch.fx.Node, float, list] | No
         return (start, end, float(weight), [node]) if is_number(weight) else None
     if not call(node, aten.add.Tensor, 2):
         return None
+    if is_input(node.args[0]):
+        return _lerp_from_start(node)
     scaled, base = node.args
     if not (call(scaled, aten.mul.Tensor, 2) and call(base, aten.where.self, 3)):
         return None
@@ -117,6 +127,29 @@ def _lerp(node: object) -> tuple[torch.fx.Node, torch.fx.Node, float, list] | No
     if weight is None:
         return None
     return start, end, weight, [node, scaled, base, diff]
+
+
+def _lerp_from_start(
+    node: torch.fx.Node,
+) -> tuple[torch.fx.Node, torch.fx.Node, float, list] | None:
+    """``(start, end, weight, its nodes)`` of ``start + full_like(diff, weight)
+    * diff``, ``diff = end - start``: an unrolled ``_foreach_lerp_``
+    (foreach_unroll.py). Our kernel computes a weight under 0.5 so, from the
+    start; a larger one from the end, which rounds otherwise."""
+    start, scaled = node.args
+    if not call(scaled, aten.mul.Tensor, 2):
+        return None
+    full, diff = scaled.args
+    if not (call(diff, aten.sub.Tensor, 2) and diff.args[1] is start):
+        return None
+    if not (
+        call(full, aten.full_like.default, 2, "pin_memory") and full.args[0] is diff
+    ):
+        return None
+    weight = full.args[1]
+    if not (is_number(weight) and abs(weight) < 0.5):
+        return None
+    return start, diff.args[0], float(weight), [node, scaled, full, diff]
 
 
 def _addcdiv(node: object) -> tuple[object, object, object, list] | None:
