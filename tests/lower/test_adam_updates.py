@@ -144,6 +144,30 @@ def test_a_foreach_step_runs_the_for_loop_steps_kernels(kind, graph_texts):
     assert "rmo.pow" not in text
 
 
+def test_a_foreach_step_with_a_tensor_learning_rate_reads_it(graph_texts):
+    """A tensor rate needs ``capturable=True`` in the foreach form; the
+    rebuilt denominators divide by it as the for-loop form does."""
+    params, optimizer = _optimizer(
+        "adamw", SHAPES, lr=torch.tensor(1e-2), foreach=True, capturable=True
+    )
+    # Eager takes capturable only on accelerators: the for-loop form, whose
+    # results ours equal.
+    expected, reference = _optimizer("adamw", SHAPES, lr=torch.tensor(1e-2))
+    step = torch.compile(optimizer.step, backend=max_backend, options={"strict": True})
+    for rate in (1e-2, 1e-2, 3e-3):
+        for group in (*optimizer.param_groups, *reference.param_groups):
+            group["lr"].fill_(rate)
+        step()
+        reference.step()
+    for p, q in zip(params, expected, strict=True):
+        torch.testing.assert_close(p, q)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(optimizer.state[p][key], reference.state[q][key])
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(SHAPES)
+    assert text.count(f'"{COUNT}", parameters = {{lr_divides = true}}') == len(SHAPES)
+
+
 def test_a_foreach_step_the_kernels_do_not_cover_matches_eager(graph_texts):
     """amsgrad is not the kernel's: the unrolled list ops are lowered one by
     one, and the step still gives eager's parameters and state."""

@@ -11,11 +11,12 @@ computes each parameter's denominator from its counted step ``t`` as::
 where the single-tensor step (the for-loop form, passes/adam_counts.py)
 computes ``sqrt(exp_avg_sq') / a + b`` with ``a = sqrt(1 - beta2 ** t) *
 -size``, ``b = reciprocal(-size) * eps`` and ``size = reciprocal(1 - beta1
-** t) * lr``: the same numbers, rounded in another order. Once the list ops
+** t) * lr`` (``lr / (1 - beta1 ** t)`` for a tensor ``lr``): the same
+numbers, rounded in another order. Once the list ops
 are unrolled (foreach_unroll.py), each such denominator is rebuilt in the
 single-tensor form, so that the update and its count run as our kernels
-(adam_updates.py) and give what the for-loop form gives, bit for bit. A
-tensor learning rate, or anything else, is left as it is.
+(adam_updates.py) and give what the for-loop form gives, bit for bit.
+Anything else is left as it is.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 
 from .graph_copy import graph_copy
-from .update_match import call, is_number
+from .update_match import call, is_number, scalar_tensor
 
 _log = logging.getLogger("torch_max_backend.lower.foreach_adam")
 
@@ -63,7 +64,10 @@ def _multi_tensor_denominator(node: Node) -> dict[str, Any] | None:
     ):
         return None
     scaled = ss.args[0]
-    if not (call(scaled, aten.div.Tensor, 2) and is_number(scaled.args[1])):
+    if not call(scaled, aten.div.Tensor, 2):
+        return None
+    lr = scaled.args[1]
+    if not (is_number(lr) or scalar_tensor(lr)):
         return None
     first, second = _power_less_one(scaled.args[0]), _power_less_one(negated.args[0])
     if first is None or second is None or first[1] is not second[1]:
@@ -73,7 +77,7 @@ def _multi_tensor_denominator(node: Node) -> dict[str, Any] | None:
         "t": first[1],
         "beta1": first[0],
         "beta2": second[0],
-        "lr": float(scaled.args[1]),
+        "lr": float(lr) if is_number(lr) else lr,
         "eps": float(eps),
         "old": [
             node,
@@ -99,7 +103,11 @@ def _single_tensor_denominator(graph: torch.fx.Graph, found: dict[str, Any]) -> 
         return built
 
     bc1 = op(aten.rsub.Scalar, op(aten.pow.Scalar, found["beta1"], t), 1)
-    size = op(aten.mul.Tensor, op(aten.reciprocal.default, bc1), found["lr"])
+    lr = found["lr"]
+    if isinstance(lr, Node):  # a tensor learning rate divides, as there
+        size = op(aten.div.Tensor, lr, bc1)
+    else:
+        size = op(aten.mul.Tensor, op(aten.reciprocal.default, bc1), lr)
     negative = op(aten.neg.default, size)
     bc2 = op(aten.rsub.Scalar, op(aten.pow.Scalar, found["beta2"], t), 1)
     a = op(aten.mul.Tensor, op(aten.sqrt.default, bc2), negative)
