@@ -72,6 +72,8 @@ def _multi_tensor_denominator(node: Node) -> dict[str, Any] | None:
     first, second = _power_less_one(scaled.args[0]), _power_less_one(negated.args[0])
     if first is None or second is None or first[1] is not second[1]:
         return None
+    if not scalar_tensor(first[1]):  # the count, whose meta the rebuilt chain takes
+        return None
     return {
         "root": root,
         "t": first[1],

@@ -109,9 +109,9 @@ COMPOSED = frozenset(
 def _elements(node: Node) -> dict[int, Node] | None:
     """The ``getitem`` reading each element of the list op ``node``, if
     those are all that read it and each element's value is a tensor; where
-    the element is built of several ops (addcmul, addcdiv), of the shape of
-    every tensor the op reads for it, so that its intermediate values are
-    too."""
+    the element is built of several ops (addcmul, addcdiv), of the shape and
+    dtype of every tensor the op reads for it, so that its intermediate
+    values are too (the list op's lowering casts to the element's dtype)."""
     readers: dict[int, Node] = {}
     for user in node.users:
         if user.target is not operator.getitem or not isinstance(user.args[1], int):
@@ -127,7 +127,11 @@ def _elements(node: Node) -> dict[int, Node] | None:
             item = items[i] if i < len(items) else None
             if isinstance(item, Node):
                 meta = item.meta.get("val")
-                if not isinstance(meta, torch.Tensor) or meta.shape != value.shape:
+                if not (
+                    isinstance(meta, torch.Tensor)
+                    and meta.shape == value.shape
+                    and meta.dtype == value.dtype
+                ):
                     return None
     return readers
 
