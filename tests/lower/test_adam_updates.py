@@ -122,13 +122,24 @@ def test_numbers_dynamo_made_inputs_keep_both_kernels(kind, graph_texts):
     floats (the second moment's beta, eps, the learning rate, the weight
     decay) to the graph as one-element tensors; the update and its count
     still run as our two kernels, reading them at each call."""
-    # Adam's coupled weight decay is not the kernel's (lowered as written).
-    decay = {"weight_decay": 0.03} if kind == "adamw" else {}
-    _steps_match_eager(kind, SHAPES, dynamic=True, **decay)
+    _steps_match_eager(kind, SHAPES, dynamic=True, weight_decay=0.03)
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
     assert text.count(f'"{COUNT}", parameters = {{lr_divides = false}}') == len(SHAPES)
     assert "rmo.pow" not in text
+
+
+@pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
+def test_adams_own_weight_decay_is_the_kernels(foreach, graph_texts):
+    """Adam's weight decay adds ``wd * param`` to the gradient (coupled,
+    unlike AdamW's): the kernel does so itself (``coupled_decay``), the
+    gradient still read once."""
+    _steps_match_eager("adam", SHAPES, weight_decay=0.05, foreach=foreach)
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}", parameters = {{coupled_decay = true}}') == len(
+        SHAPES
+    )
+    assert text.count(f'"{COUNT}"') == len(SHAPES)
 
 
 @pytest.mark.parametrize("kind", ["adamw", "adam"])

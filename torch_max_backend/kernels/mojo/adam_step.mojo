@@ -32,11 +32,16 @@ struct AdamStep:
         param      = param * decay + exp_avg / (sqrt(exp_avg_sq) / a + b)
 
     `a` and `b` carry the step's bias corrections and learning rate, so
-    one compiled graph serves every step."""
+    one compiled graph serves every step. With `coupled_decay` (Adam's
+    own weight decay, `grad = grad + wd * param`), `decay` is that `wd`
+    and the parameter is not scaled:
+
+        grad  = grad + param * decay
+        param = param + exp_avg / (sqrt(exp_avg_sq) / a + b)"""
 
     @staticmethod
     def execute[
-        rank: Int, //, target: StaticString
+        rank: Int, //, coupled_decay: Bool, target: StaticString
     ](
         param: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
         exp_avg: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
@@ -66,6 +71,10 @@ struct AdamStep:
             var mv = m.unsafe_offset(i).unsafe_load[width=w]()
             var vv = v.unsafe_offset(i).unsafe_load[width=w]()
             var pv = p.unsafe_offset(i).unsafe_load[width=w]()
+            var scaled = pv * decay
+            comptime if coupled_decay:
+                gv = gv + scaled
+                scaled = pv
             var diff = gv - mv
             var m_new: SIMD[DType.float32, w]
             if from_start:
@@ -73,7 +82,7 @@ struct AdamStep:
             else:
                 m_new = gv - diff * (1 - w1)
             var v_new = (gv * gv) * w2 + vv * beta2
-            var p_new = pv * decay + m_new / (sqrt(v_new) / a + b)
+            var p_new = scaled + m_new / (sqrt(v_new) / a + b)
             m.unsafe_offset(i).unsafe_store(m_new)
             v.unsafe_offset(i).unsafe_store(v_new)
             p.unsafe_offset(i).unsafe_store(p_new)

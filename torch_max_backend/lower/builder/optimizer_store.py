@@ -118,4 +118,10 @@ def optimizer_step(
             parameters={"lr_divides": update.count.lr_divides},
             out_types=[TensorType(DType.float32, [UPDATE_COEFFICIENTS], grad.device)],
         )
-    custom_in_place(SHIPPED, update.kernel, [*buffers, grad, coefficients], grad.device)
+    custom_in_place(
+        SHIPPED,
+        update.kernel,
+        [*buffers, grad, coefficients],
+        grad.device,
+        parameters=dict(update.kernel_parameters),
+    )

@@ -16,7 +16,8 @@ by op that is several kernels, each storing one result and reading its
 inputs again. Where the three inputs are read by nothing else, the walk
 runs our ``adam_step`` kernel instead (kernels/mojo/adam_step.mojo): each
 value read once and written once, in place (builder/optimizer_store.py).
-Anything else (amsgrad, maximize, Adam's coupled weight decay, complex or
+Adam's own (coupled) weight decay, ``grad + wd * param``, is the kernel's
+too (its ``coupled_decay``). Anything else (amsgrad, maximize, complex or
 non-float32 parameters) does not match and is lowered as written.
 """
 
@@ -170,6 +171,17 @@ def _addcdiv(node: object) -> tuple[object, object, object, list] | None:
     return base, numerator, denominator, nodes
 
 
+def _coupled_decay(
+    grad: object, param: torch.fx.Node
+) -> tuple[torch.fx.Node, Coefficient] | None:
+    """``(gradient input, wd)`` of Adam's own weight decay, ``grad +
+    wd * param`` (``grad.add(param, alpha=wd)``), else None."""
+    if not (call(grad, aten.add.Tensor, 2, "alpha") and grad.args[1] is param):
+        return None
+    wd = coefficient(grad.kwargs.get("alpha", 1))
+    return (grad.args[0], wd) if wd is not None and is_input(grad.args[0]) else None
+
+
 def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     """The Adam or AdamW update whose new parameter is ``new_param``, if it
     may run as our kernel."""
@@ -192,7 +204,12 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     if lerp is None:
         return None
     exp_avg, grad, w1, lerp_nodes = lerp
-    if not (is_input(exp_avg) and is_input(grad)):
+    gradient = grad  # the kernel's: the input, before any coupled decay
+    coupled = _coupled_decay(grad, param) if decay == 1.0 else None
+    if coupled is not None:
+        gradient, decay = coupled
+        replaced.append(grad)
+    if not (is_input(exp_avg) and is_input(gradient)):
         return None
     if not call(denominator, aten.add.Tensor, 2):
         return None
@@ -218,10 +235,11 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     update = OptimizerUpdate(
         kernel=KERNEL,
         written=(param, exp_avg, exp_avg_sq),
-        grad=grad,
+        grad=gradient,
         coefficients=(decay, w1, beta2, w2, a, b),
         write_backs=tuple(w for w in write_backs if w is not None),
         replaced=frozenset(replaced),
+        kernel_parameters=(("coupled_decay", coupled is not None),),
     )
     if not kernel_may_run(update):
         return None

@@ -109,6 +109,8 @@ class OptimizerUpdate:
     write_backs: tuple[torch.fx.Node, ...]
     replaced: frozenset[torch.fx.Node]
     count: StepCount | None = None
+    # The kernel's compile-time parameters (adam_step's coupled_decay).
+    kernel_parameters: tuple[tuple[str, bool], ...] = ()
 
     @property
     def inputs_written(self) -> tuple[torch.fx.Node, ...]:
