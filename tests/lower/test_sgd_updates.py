@@ -73,24 +73,15 @@ def test_each_update_is_one_kernel_and_matches_eager(options, graph_texts):
     assert unread_inputs(text) == []
 
 
-def test_numbers_dynamo_made_inputs_keep_the_kernel(graph_texts):
+@pytest.mark.parametrize(
+    "form", [{"dynamic": True}, {"foreach": True}], ids=["dynamic", "foreach"]
+)
+def test_other_forms_of_the_step_keep_the_kernel(form, graph_texts):
     """Under ``torch.compile(dynamic=True)`` Dynamo hands the momentum to
     the graph as a one-element tensor and ``1 - dampening`` as a symbolic
-    float; each update is still our kernel, reading them at each call."""
-    _steps_match_eager(
-        SHAPES, dynamic=True, momentum=0.7, weight_decay=0.01, dampening=0.25
-    )
-    (text,) = graph_texts()
-    assert text.count(f'"{KERNEL}"') == len(SHAPES)
-    assert "mo.mutable.store" not in text
-
-
-def test_a_foreach_step_is_one_kernel_per_parameter(graph_texts):
-    """``foreach=True`` updates by list ops, unrolled per parameter
-    (passes/foreach_unroll.py): each update is our kernel again."""
-    _steps_match_eager(
-        SHAPES, foreach=True, momentum=0.7, weight_decay=0.01, dampening=0.25
-    )
+    number; ``foreach=True`` updates by list ops, unrolled per parameter
+    (passes/foreach_unroll.py). Each update is still our kernel."""
+    _steps_match_eager(SHAPES, momentum=0.7, weight_decay=0.01, dampening=0.25, **form)
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
     assert "mo.mutable.store" not in text
