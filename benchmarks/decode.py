@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -47,7 +46,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchmarks import bandwidth, device
-from benchmarks.child import ChildFailed, child_json, turn_order
+from benchmarks.child import ChildFailed, cache_env, child_json, turn_order
 from benchmarks.decode_docs import docs_markers, machine_line, markdown
 from benchmarks.decode_models import (
     StepClock,
@@ -165,15 +164,6 @@ def write_docs(section: str, where: str = "cpu") -> None:
     replace_section(ROOT / "docs" / "benchmarks.md", begin, end, section)
 
 
-def _cache_env(directory: str | None, **extra: str) -> dict[str, str]:
-    """A child's environment: its compile caches in ``directory`` (None: the user's)."""
-    env = dict(os.environ, **extra)
-    if directory is not None:
-        env["MODULAR_DERIVED_PATH"] = directory
-        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(directory, "inductor")
-    return env
-
-
 def _median_process(processes: list[dict[str, Any]]) -> dict[str, Any]:
     """One backend's figures from several processes: the first's, with the
     decode step each batch size took in the median process."""
@@ -205,7 +195,7 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
             cold = args.caches == "cold"
             carried = Path(tmp) if cold and on_cpu else None  # the CPU's timings
             stack.enter_context(product_timings_carried(carried))
-            envs[backend] = env = _cache_env(tmp if cold else None)
+            envs[backend] = env = cache_env(Path(tmp) if cold else None)
             runs[backend] = _spawn(name, backend, args, env)
             repeats[backend].append(runs[backend])
             if backend != "eager":
@@ -238,8 +228,8 @@ def _model_runs(name: str, args: argparse.Namespace) -> dict[str, Any]:
             Path(tmp) if args.caches == "cold" and on_cpu else None
         ),
     ):
-        env = _cache_env(
-            tmp if args.caches == "cold" else None,
+        env = dict(
+            cache_env(Path(tmp) if args.caches == "cold" else None),
             TORCH_MAX_BACKEND_BACKGROUND_COMPILE="1",
         )
         runs["max_background"] = _spawn(name, "max", args, env, True)
