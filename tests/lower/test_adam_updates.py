@@ -1,9 +1,10 @@
 """Adam and AdamW parameter updates each run as one in-place kernel
-(passes/adam_updates.py, kernels/mojo/adam_step.mojo): the parameter and its
+(passes/adam_updates.py, kernels/mojo_optimizer/adam_step.mojo): the parameter and its
 two moments read and written once, whatever the mutated-input budget; the
 step count and its bias corrections as one more (passes/adam_counts.py,
-kernels/mojo_optimizer/adam_count.mojo); what the patterns do not cover
-(amsgrad, a count read elsewhere) is lowered op by op."""
+kernels/mojo_optimizer/adam_count.mojo); amsgrad's largest second moment
+and maximize's negated gradient in the same pass; what the patterns do not
+cover (float64 parameters, a count read elsewhere) is lowered op by op."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from .aten_graphs import aten_graphs
 from .optimizer_params import params_with_grads
 
 KERNEL = "torch_max_backend_adam_step"
+AMSGRAD_KERNEL = "torch_max_backend_adam_amsgrad_step"
 COUNT = "torch_max_backend_adam_count"
 SHAPES = [(40, 37), (5,), (3, 4, 6)]
 
@@ -45,12 +47,16 @@ def _optimizer(
     shapes: list[tuple[int, ...]],
     lr: object = 1e-2,
     channels_last: bool = False,
+    dtype: torch.dtype = torch.float32,
     **options,
 ) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
     """Parameters with gradients (the same for every call: seeded) and their
-    optimizer, its state set as its first step would create it; with
+    optimizer, its state set as its first step would create it, but for
+    amsgrad's largest second moment: random, so that it exceeds the new
+    second moment in some places and not in others; with
     ``channels_last``, 4-d parameters and their state laid out so."""
-    params = params_with_grads(shapes)
+    params = params_with_grads(shapes, dtype)
+    generator = torch.Generator().manual_seed(2)
     if channels_last:
         params = [_channels_last(p) for p in params]
     make = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
@@ -58,12 +64,15 @@ def _optimizer(
     for p in params:
         state = optimizer.state[p]
         state.update(
-            step=torch.tensor(0.0),
+            # float64 where torch.set_default_dtype(torch.float64) makes it so
+            step=torch.tensor(0.0, dtype=dtype),
             exp_avg=torch.zeros_like(p),
             exp_avg_sq=torch.zeros_like(p),
         )
         if options.get("amsgrad"):
-            state["max_exp_avg_sq"] = torch.zeros_like(p)
+            # A first step's second moments are about 1e-3 * grad ** 2.
+            largest = torch.rand(p.shape, generator=generator, dtype=dtype)
+            state["max_exp_avg_sq"] = largest * 2e-3
     return params, optimizer
 
 
@@ -92,8 +101,9 @@ def _steps_match_eager(
         reference.step()
     for p, q in zip(params, expected, strict=True):
         torch.testing.assert_close(p, q)
-        for key in ("exp_avg", "exp_avg_sq", "step"):
-            torch.testing.assert_close(optimizer.state[p][key], reference.state[q][key])
+        assert optimizer.state[p].keys() == reference.state[q].keys()
+        for key, value in optimizer.state[p].items():
+            torch.testing.assert_close(value, reference.state[q][key])
 
 
 @pytest.mark.parametrize("kind", ["adamw", "adam"])
@@ -142,9 +152,9 @@ def test_adams_own_weight_decay_is_the_kernels(foreach, graph_texts):
     gradient still read once."""
     _steps_match_eager("adam", SHAPES, weight_decay=0.05, foreach=foreach)
     (text,) = graph_texts()
-    assert text.count(f'"{KERNEL}", parameters = {{coupled_decay = true}}') == len(
-        SHAPES
-    )
+    assert text.count(
+        f'"{KERNEL}", parameters = {{coupled_decay = true, maximize = false}}'
+    ) == len(SHAPES)
     assert text.count(f'"{COUNT}"') == len(SHAPES)
 
 
@@ -180,11 +190,29 @@ def test_a_foreach_step_with_a_tensor_learning_rate_reads_it(graph_texts):
     assert text.count(f'"{COUNT}", parameters = {{lr_divides = true}}') == len(SHAPES)
 
 
-def test_a_foreach_step_the_kernels_do_not_cover_matches_eager(graph_texts):
-    """amsgrad is not the kernel's: the unrolled list ops are lowered one by
-    one, and the step still gives eager's parameters and state."""
-    _steps_match_eager("adamw", SHAPES[:2], foreach=True, amsgrad=True)
-    assert all(KERNEL not in text for text in graph_texts())
+@pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
+def test_amsgrad_is_the_kernels(foreach, graph_texts):
+    """amsgrad divides by the largest second moment so far, one more state
+    tensor: the amsgrad kernel reads and writes it in the same pass, in
+    either form (the foreach form's ``_foreach_maximum_`` unrolled)."""
+    _steps_match_eager("adamw", SHAPES, foreach=foreach, amsgrad=True)
+    (text,) = graph_texts()
+    assert text.count(f'"{AMSGRAD_KERNEL}"') == len(SHAPES)
+    assert text.count(f'"{COUNT}"') == len(SHAPES)
+    assert "mo.mutable.store" not in text  # nothing stored op by op
+
+
+@pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
+def test_maximize_is_the_kernels(foreach, graph_texts):
+    """maximize negates the gradient before everything else, Adam's own
+    weight decay included: the kernel does so itself (``maximize``)."""
+    _steps_match_eager(
+        "adam", SHAPES, foreach=foreach, maximize=True, weight_decay=0.05
+    )
+    (text,) = graph_texts()
+    flags = "coupled_decay = true, maximize = true"
+    assert text.count(f'"{KERNEL}", parameters = {{{flags}}}') == len(SHAPES)
+    assert "mo.mutable.store" not in text
 
 
 def test_the_updates_numbers_are_graph_inputs(graph_texts):
@@ -234,8 +262,10 @@ def test_a_depthwise_filter_laid_out_channels_last_is_one_kernel(graph_texts):
 
 
 def test_what_the_kernel_does_not_cover_is_lowered_as_written(graph_texts):
-    _steps_match_eager("adamw", SHAPES[:2], amsgrad=True)
-    assert all(KERNEL not in text for text in graph_texts())
+    """The kernels update float32 values; a float64 model's step is
+    lowered op by op, with eager's results."""
+    _steps_match_eager("adamw", SHAPES[:2], dtype=torch.float64, amsgrad=True)
+    assert all("torch_max_backend_adam" not in text for text in graph_texts())
 
 
 def _adamw_step(

@@ -1,9 +1,11 @@
 """SGD-with-momentum parameter updates each run as one in-place kernel
-(passes/sgd_updates.py, kernels/mojo/sgd_step.mojo): the parameter and its
+(passes/sgd_updates.py, kernels/mojo_optimizer/sgd_step.mojo): the parameter and its
 momentum buffer read and written once; the learning rate and momentum are
 read from the update's numbers input, so a new rate reuses the compiled
-graph; what
-the pattern does not cover (maximize) is lowered op by op."""
+graph; maximize's
+negated gradient is the kernel's too; what the pattern does not cover (the
+multi-tensor nesterov step, which also writes the gradients) is lowered op
+by op."""
 
 from __future__ import annotations
 
@@ -114,6 +116,13 @@ def test_a_new_learning_rate_reuses_the_compiled_graph(graph_texts):
     assert first.count(f'"{KERNEL}"') == 2
 
 
-def test_what_the_kernel_does_not_cover_is_lowered_as_written(graph_texts):
-    _steps_match_eager(SHAPES[:2], momentum=0.9, maximize=True)
-    assert all(KERNEL not in text for text in graph_texts())
+@pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
+def test_maximize_is_the_kernels(foreach, graph_texts):
+    """maximize negates the gradient before the weight decay is added: the
+    kernel does so itself (``maximize``)."""
+    _steps_match_eager(
+        SHAPES, momentum=0.9, weight_decay=0.05, maximize=True, foreach=foreach
+    )
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}", parameters = {{maximize = true}}') == len(SHAPES)
+    assert "mo.mutable.store" not in text

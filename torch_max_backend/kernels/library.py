@@ -248,7 +248,7 @@ STREAMED = MojoLibrary(
 ATTENTION = MojoLibrary(
     "torch_max_backend_attention", Path(__file__).parent / "mojo_attention"
 )
-# Adam's step count and bias corrections: likewise a library of its own.
+# The optimizer updates and Adam's step count: likewise a library of its own.
 OPTIMIZER = MojoLibrary(
     "torch_max_backend_optimizer", Path(__file__).parent / "mojo_optimizer"
 )

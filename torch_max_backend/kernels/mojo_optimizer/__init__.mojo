@@ -1,2 +1,3 @@
-# torch-max-backend's optimizer step counts. A library of its own: only
-# graphs with an Adam or AdamW update carry it.
+# torch-max-backend's optimizer kernels: Adam's step count, the Adam, AdamW
+# and SGD updates. A library of its own: only graphs with an optimizer
+# update carry it, and editing it rebuilds no other graph.

@@ -24,7 +24,7 @@ from max.dtype import DType
 from max.graph import BufferValue, DeviceRef, Dim, TensorType, TensorValue, ops
 
 from ...errors import MaxCompilerError
-from ...kernels.library import OPTIMIZER, SHIPPED, custom_in_place
+from ...kernels.library import OPTIMIZER, custom_in_place
 from ..passes import Coefficient, OptimizerUpdate
 from ..scalars import ScalarArg
 from .sym_numbers import dim_operand
@@ -119,7 +119,7 @@ def optimizer_step(
             out_types=[TensorType(DType.float32, [UPDATE_COEFFICIENTS], grad.device)],
         )
     custom_in_place(
-        SHIPPED,
+        OPTIMIZER,
         update.kernel,
         [*buffers, grad, coefficients],
         grad.device,

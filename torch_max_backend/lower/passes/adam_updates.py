@@ -14,10 +14,14 @@ rate),
 then AOTAutograd copies the three new values into their inputs. Lowered op
 by op that is several kernels, each storing one result and reading its
 inputs again. Where the three inputs are read by nothing else, the walk
-runs our ``adam_step`` kernel instead (kernels/mojo/adam_step.mojo): each
-value read once and written once, in place (builder/optimizer_store.py).
+runs our ``adam_step`` kernel instead
+(kernels/mojo_optimizer/adam_step.mojo): each value read once and written
+once, in place (builder/optimizer_store.py).
 Adam's own (coupled) weight decay, ``grad + wd * param``, is the kernel's
-too (its ``coupled_decay``). Anything else (amsgrad, maximize, complex or
+too (its ``coupled_decay``), and so is maximize's negated gradient (its
+``maximize``); with amsgrad, whose denominator reads ``maximum(
+max_exp_avg_sq, exp_avg_sq')``, the ``adam_amsgrad_step`` kernel also
+reads and writes the largest second moment. Anything else (complex or
 non-float32 parameters) does not match and is lowered as written.
 """
 
@@ -43,6 +47,7 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 KERNEL = "torch_max_backend_adam_step"
+AMSGRAD_KERNEL = "torch_max_backend_adam_amsgrad_step"
 
 
 def _second_moment(
@@ -174,12 +179,32 @@ def _addcdiv(node: object) -> tuple[object, object, object, list] | None:
 def _coupled_decay(
     grad: object, param: torch.fx.Node
 ) -> tuple[torch.fx.Node, Coefficient] | None:
-    """``(gradient input, wd)`` of Adam's own weight decay, ``grad +
-    wd * param`` (``grad.add(param, alpha=wd)``), else None."""
+    """``(gradient, wd)`` of Adam's own weight decay, ``gradient + wd *
+    param`` (``grad.add(param, alpha=wd)``), else None."""
     if not (call(grad, aten.add.Tensor, 2, "alpha") and grad.args[1] is param):
         return None
     wd = coefficient(grad.kwargs.get("alpha", 1))
-    return (grad.args[0], wd) if wd is not None and is_input(grad.args[0]) else None
+    return (grad.args[0], wd) if wd is not None else None
+
+
+def _largest_second_moment(
+    node: object,
+) -> tuple[torch.fx.Node, object, torch.fx.Node, list[torch.fx.Node]] | None:
+    """``(max_exp_avg_sq, new second moment, new largest, its nodes)`` of
+    amsgrad's ``maximum(max_exp_avg_sq, exp_avg_sq')``: the for-loop form
+    copies it into a value of the input's (``copy(max_exp_avg_sq, ...)``),
+    the unrolled ``_foreach_maximum_`` reads it as it is."""
+    largest = node
+    nodes = []
+    if call(node, aten.copy.default, 2):
+        nodes.append(node)
+        node = node.args[1]
+    if not call(node, aten.maximum.default, 2):
+        return None
+    state, second = node.args
+    if not is_input(state) or (nodes and nodes[0].args[0] is not state):
+        return None
+    return state, second, largest, [*nodes, node]
 
 
 def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
@@ -204,11 +229,15 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     if lerp is None:
         return None
     exp_avg, grad, w1, lerp_nodes = lerp
-    gradient = grad  # the kernel's: the input, before any coupled decay
+    gradient = grad  # the kernel's: the input, before any decay or negation
     coupled = _coupled_decay(grad, param) if decay == 1.0 else None
     if coupled is not None:
         gradient, decay = coupled
         replaced.append(grad)
+    maximize = call(gradient, aten.neg.default, 1)
+    if maximize:
+        replaced.append(gradient)
+        gradient = gradient.args[0]
     if not (is_input(exp_avg) and is_input(gradient)):
         return None
     if not call(denominator, aten.add.Tensor, 2):
@@ -219,27 +248,34 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     root, a = quotient.args
     if not (call(root, aten.sqrt.default, 1) and scalar_tensor(a)):
         return None
-    second = _second_moment(root.args[0], grad)
+    moment = root.args[0]
+    amsgrad = _largest_second_moment(moment)
+    if amsgrad is not None:
+        largest, moment, new_largest, largest_nodes = amsgrad
+        replaced += largest_nodes
+    second = _second_moment(moment, grad)
     if second is None:
         return None
     exp_avg_sq, beta2, w2, second_nodes = second
     new_second = second_nodes[0]
     replaced += [*lerp_nodes, denominator, quotient, root, *second_nodes]
-    write_backs = [
-        write_back(param, new_param),
-        write_back(exp_avg, first),
-        write_back(exp_avg_sq, new_second),
-    ]
+    written = [(param, new_param), (exp_avg, first), (exp_avg_sq, new_second)]
+    if amsgrad is not None:
+        written.append((largest, new_largest))
+    write_backs = [write_back(state, value) for state, value in written]
     if any(w is None for w in write_backs):
         return None
     update = OptimizerUpdate(
-        kernel=KERNEL,
-        written=(param, exp_avg, exp_avg_sq),
+        kernel=KERNEL if amsgrad is None else AMSGRAD_KERNEL,
+        written=tuple(state for state, _ in written),
         grad=gradient,
         coefficients=(decay, w1, beta2, w2, a, b),
         write_backs=tuple(w for w in write_backs if w is not None),
         replaced=frozenset(replaced),
-        kernel_parameters=(("coupled_decay", coupled is not None),),
+        kernel_parameters=(
+            ("coupled_decay", coupled is not None),
+            ("maximize", maximize),
+        ),
     )
     if not kernel_may_run(update):
         return None

@@ -109,7 +109,7 @@ class OptimizerUpdate:
     write_backs: tuple[torch.fx.Node, ...]
     replaced: frozenset[torch.fx.Node]
     count: StepCount | None = None
-    # The kernel's compile-time parameters (adam_step's coupled_decay).
+    # The kernel's compile-time parameters (adam_step's coupled_decay, maximize).
     kernel_parameters: tuple[tuple[str, bool], ...] = ()
 
     @property

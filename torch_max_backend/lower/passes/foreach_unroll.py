@@ -89,6 +89,7 @@ def _table() -> dict[Any, Unroll]:
         put(name, "ScalarList", _binary(single, per_element=True))
         put(name, "Scalar", _binary(single, per_element=False))
         put(name, "Tensor", _binary(single, per_element=False))  # none for sub
+    put("maximum", "List", _binary(aten.maximum.default, per_element=True))
     put("pow", "ScalarAndTensor", _pow_scalar)
     for name, combine in (("addcmul", aten.mul.Tensor), ("addcdiv", aten.div.Tensor)):
         put(name, "Scalar", _addc(combine, per_element=False))

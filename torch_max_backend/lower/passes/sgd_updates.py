@@ -3,7 +3,7 @@
 Compiled, torch's single-tensor SGD (torch/optim/sgd.py, the form Dynamo
 traces on the CPU) with momentum updates each parameter as::
 
-    d      = grad                          (weight decay: grad + wd * param)
+    d      = grad                          (maximize: -grad; weight decay: + wd * param)
     buf'   = buf * momentum + d            (dampening: + (1 - dampening) * d)
     step   = buf'                          (nesterov: d + momentum * buf')
     param' = param + (-lr) * step
@@ -11,12 +11,13 @@ traces on the CPU) with momentum updates each parameter as::
 then AOTAutograd copies the two new values into their inputs. Lowered op by
 op that is two stores, each reading its inputs again. Where the parameter
 and buffer are read by nothing else, the walk runs our ``sgd_step`` kernel
-instead (kernels/mojo/sgd_step.mojo): each value read once, the two written
-once, in place. Its coefficients are the update's number arguments, read
+instead (kernels/mojo_optimizer/sgd_step.mojo): each value read once, the
+two written once, in place. Its coefficients are the update's number arguments, read
 from the update's numbers input (builder/optimizer_store.py), so a new
-learning rate reuses the compiled graph. Anything else (maximize, a
-tensor learning rate, SGD without momentum: one store already) does not
-match and is lowered as written.
+learning rate reuses the compiled graph; maximize's negated gradient is the
+kernel's too (its ``maximize``). Anything else (a tensor learning rate, SGD
+without momentum: one store already) does not match and is lowered as
+written.
 """
 
 from __future__ import annotations
@@ -41,15 +42,27 @@ def _scaled(node: torch.fx.Node, key: str) -> Coefficient | None:
     return coefficient(node.kwargs[key])
 
 
-def _direction(node: object) -> tuple[torch.fx.Node, Coefficient, list] | None:
-    """``(grad, weight_decay, its nodes)`` of the gradient the update
-    follows: the gradient input, or ``grad + wd * param``."""
-    if is_input(node):
-        return node, 0.0, []
-    if call(node, ADD, 2, "alpha") and is_input(node.args[0]):
+def _direction(
+    node: object, param: torch.fx.Node
+) -> tuple[torch.fx.Node, Coefficient, bool, list] | None:
+    """``(grad, weight_decay, maximize, its nodes)`` of the direction the
+    update follows: the gradient input or its negation (maximize), plus
+    ``wd * param`` with weight decay."""
+    decay: Coefficient | None = 0.0
+    nodes = []
+    if call(node, ADD, 2, "alpha"):
+        if node.args[1] is not param:
+            return None  # the decay term must be this parameter's
         decay = _scaled(node, "alpha")
-        return (node.args[0], decay, [node]) if decay is not None else None
-    return None
+        nodes.append(node)
+        node = node.args[0]
+    maximize = call(node, aten.neg.default, 1)
+    if maximize:
+        nodes.append(node)
+        node = node.args[0]
+    if decay is None or not is_input(node):
+        return None
+    return node, decay, maximize, nodes
 
 
 def _buffer_update(
@@ -91,12 +104,10 @@ def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:
         return None
     buf, d, momentum, buffer_nodes = found
     new_buf = buffer_nodes[0]
-    direction = _direction(d)
+    direction = _direction(d, param)
     if direction is None:
         return None
-    grad, decay, direction_nodes = direction
-    if direction_nodes and direction_nodes[0].args[1] is not param:
-        return None  # the decay term must be this parameter's
+    grad, decay, maximize, direction_nodes = direction
     write_backs = (write_back(param, new_param), write_back(buf, new_buf))
     if write_backs[0] is None or write_backs[1] is None:
         return None
@@ -107,5 +118,6 @@ def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:
         coefficients=(decay, *momentum, *nesterov, rate),
         write_backs=write_backs,
         replaced=frozenset([*nodes, *buffer_nodes, *direction_nodes]),
+        kernel_parameters=(("maximize", maximize),),
     )
     return update if kernel_may_run(update) else None

@@ -32,12 +32,13 @@ struct SgdStep:
         step  = d + nesterov's momentum * buf  (buf alone without nesterov)
         param = param + (-lr) * step
 
-    The terms torch leaves out are left out here too, so an infinite
+    With `maximize` the gradient is negated first, as torch does. The
+    terms torch leaves out are left out here too, so an infinite
     gradient gives eager's result rather than 0 * inf."""
 
     @staticmethod
     def execute[
-        rank: Int, //, target: StaticString
+        rank: Int, //, maximize: Bool, target: StaticString
     ](
         param: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
         buf: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
@@ -62,6 +63,8 @@ struct SgdStep:
         def update[w: Int](i: Int) {var}:
             var pv = p.unsafe_offset(i).unsafe_load[width=w]()
             var d = g.unsafe_offset(i).unsafe_load[width=w]()
+            comptime if maximize:
+                d = -d
             if decays:
                 d = d + pv * decay
             var bv = b.unsafe_offset(i).unsafe_load[width=w]() * momentum
