@@ -3,9 +3,8 @@
 momentum buffer read and written once; the learning rate and momentum are
 read from the update's numbers input, so a new rate reuses the compiled
 graph; maximize's
-negated gradient is the kernel's too; what the pattern does not cover (the
-multi-tensor nesterov step, which also writes the gradients) is lowered op
-by op."""
+negated gradient is the kernel's too, and the multi-tensor nesterov step's
+direction written into the gradients another kernel's."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from torch_max_backend import max_backend
 from .optimizer_params import params_with_grads
 
 KERNEL = "torch_max_backend_sgd_step"
+DIRECTION_KERNEL = "torch_max_backend_sgd_direction_step"
 SHAPES = [(40, 37), (5,), (3, 4, 6)]
 
 
@@ -37,10 +37,15 @@ def _optimizer(
 
 
 def _steps_match_eager(
-    shapes, rates=(0.1, 0.1, 0.1), dynamic: bool | None = None, **options
+    shapes,
+    rates=(0.1, 0.1, 0.1),
+    dynamic: bool | None = None,
+    exact: bool = False,
+    **options,
 ) -> None:
     """One compiled step and one eager step per learning rate; parameters
-    and momentum buffers then match."""
+    and momentum buffers then match (with ``exact``, bit for bit)."""
+    close = {"rtol": 0, "atol": 0} if exact else {}
     params, optimizer = _optimizer(shapes, lr=rates[0], **options)
     expected, reference = _optimizer(shapes, lr=rates[0], **options)
     step = torch.compile(optimizer.step, backend=max_backend, dynamic=dynamic)
@@ -50,9 +55,11 @@ def _steps_match_eager(
         step()
         reference.step()
     for p, q in zip(params, expected, strict=True):
-        torch.testing.assert_close(p, q)
+        torch.testing.assert_close(p, q, **close)
         torch.testing.assert_close(
-            optimizer.state[p]["momentum_buffer"], reference.state[q]["momentum_buffer"]
+            optimizer.state[p]["momentum_buffer"],
+            reference.state[q]["momentum_buffer"],
+            **close,
         )
 
 
@@ -60,13 +67,16 @@ def _steps_match_eager(
     "options",
     [
         {"momentum": 0.9},
+        {"momentum": 0.9, "nesterov": True},
         {"momentum": 0.8, "weight_decay": 0.05, "nesterov": True},
         {"momentum": 0.7, "weight_decay": 0.01, "dampening": 0.25},
     ],
-    ids=["momentum", "nesterov-decay", "dampening-decay"],
+    ids=["momentum", "nesterov", "nesterov-decay", "dampening-decay"],
 )
 def test_each_update_is_one_kernel_and_matches_eager(options, graph_texts):
-    _steps_match_eager(SHAPES, **options)
+    """Bit for bit: the kernel computes each of torch's ``add(x, y,
+    alpha=a)`` as one fused multiply-add, as torch's vectorized loop does."""
+    _steps_match_eager(SHAPES, exact=True, **options)
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}"') == len(SHAPES)
     assert "mo.mutable.store" not in text  # nothing stored op by op
@@ -89,22 +99,28 @@ def test_other_forms_of_the_step_keep_the_kernel(form, graph_texts):
     assert "mo.mutable.store" not in text
 
 
-def test_a_foreach_nesterov_step_is_lowered_as_written(graph_texts):
-    """Multi-tensor nesterov also writes the new direction into the
-    gradients, which the kernel does not: its ops are lowered one by one,
-    gradients included."""
+def test_a_foreach_nesterov_step_writes_the_gradients_in_the_kernel(graph_texts):
+    """Multi-tensor nesterov (without weight decay or maximize, which give
+    it gradients of its own) also writes the new direction into the
+    gradients: a kernel of its own writes them in the same pass, and they
+    match eager's."""
     params, optimizer = _optimizer(
-        SHAPES[:2], lr=0.1, momentum=0.9, nesterov=True, foreach=True
+        SHAPES, lr=0.1, momentum=0.9, nesterov=True, foreach=True
     )
     expected, reference = _optimizer(
-        SHAPES[:2], lr=0.1, momentum=0.9, nesterov=True, foreach=True
+        SHAPES, lr=0.1, momentum=0.9, nesterov=True, foreach=True
     )
     torch.compile(optimizer.step, backend=max_backend)()
     reference.step()
     for p, q in zip(params, expected, strict=True):
         torch.testing.assert_close(p, q)
         torch.testing.assert_close(p.grad, q.grad)
-    assert all(KERNEL not in text for text in graph_texts())
+        torch.testing.assert_close(
+            optimizer.state[p]["momentum_buffer"], reference.state[q]["momentum_buffer"]
+        )
+    (text,) = graph_texts()
+    assert text.count(f'"{DIRECTION_KERNEL}"') == len(SHAPES)
+    assert "mo.mutable.store" not in text
 
 
 def test_a_new_learning_rate_reuses_the_compiled_graph(graph_texts):

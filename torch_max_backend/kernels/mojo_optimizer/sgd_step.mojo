@@ -1,6 +1,6 @@
 # One SGD-with-momentum update of one parameter, in place: the parameter
 # and its momentum buffer read once and written once, the gradient read
-# once. Lowered op by op, the update is two fused kernels that each store
+# once (and with multi-tensor nesterov written once: its new direction). Lowered op by op, the update is two fused kernels that each store
 # one of the two and read their inputs again (docs/benchmarks.md,
 # "Training steps").
 
@@ -14,11 +14,69 @@ from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
 from std.math import ceildiv
 from std.sys import simd_width_of
-from std.utils.index import IndexList
 
 # Values one task updates: a few tasks a core for a large parameter, one
 # task (no parallel dispatch to wait for) for a small one.
 comptime _CHUNK = 32768
+
+
+def _sgd_updates[
+    maximize: Bool, writes_direction: Bool
+](
+    p: UnsafePointer[Float32, MutAnyOrigin],
+    b: UnsafePointer[Float32, MutAnyOrigin],
+    g: UnsafePointer[Float32, ImmutAnyOrigin],
+    direction: UnsafePointer[Float32, MutAnyOrigin],
+    c: UnsafePointer[Float32, ImmutAnyOrigin],
+    n: Int,
+):
+    """The update of `n` values, in tasks of `_CHUNK`, with SgdStep's
+    coefficients `c`; with `writes_direction`, the step's direction stored
+    at `direction` (the gradient's own memory), else `direction` unused."""
+    comptime width = simd_width_of[DType.float32]()
+    var decay = c.unsafe_offset(0).unsafe_load()
+    var momentum = c.unsafe_offset(1).unsafe_load()
+    var damped = c.unsafe_offset(2).unsafe_load()
+    var nesterov = c.unsafe_offset(3).unsafe_load() != 0
+    var pull = c.unsafe_offset(4).unsafe_load()
+    var rate = c.unsafe_offset(5).unsafe_load()
+    var decays = decay != 0
+
+    def update[w: Int](i: Int) {var}:
+        var pv = p.unsafe_offset(i).unsafe_load[width=w]()
+        var d = g.unsafe_offset(i).unsafe_load[width=w]()
+        comptime if maximize:
+            d = -d
+        # Each `x + alpha * y` one fused multiply-add, as torch's vectorized
+        # `add(x, y, alpha=...)` computes it, so that the results are eager's
+        # bit for bit whatever the compiler would contract.
+        if decays:
+            d = pv.fma(decay, d)
+        var bv = b.unsafe_offset(i).unsafe_load[width=w]() * momentum
+        var b_new = d.fma(damped, bv)
+        var step = b_new
+        if nesterov:
+            step = b_new.fma(pull, d)
+        b.unsafe_offset(i).unsafe_store(b_new)
+        comptime if writes_direction:
+            direction.unsafe_offset(i).unsafe_store(step)
+        p.unsafe_offset(i).unsafe_store(step.fma(rate, pv))
+
+    def chunk(task: Int) {var}:
+        var end = min(n, (task + 1) * _CHUNK)
+        var i = task * _CHUNK
+        while i + width <= end:
+            update[width](i)
+            i += width
+        while i < end:
+            update[1](i)
+            i += 1
+
+    var tasks = ceildiv(n, _CHUNK)
+    if tasks == 1:
+        chunk(0)
+    else:
+        parallelize(chunk, tasks)
 
 
 @extensibility.register("torch_max_backend_sgd_step")
@@ -47,46 +105,41 @@ struct SgdStep:
         ctx: DeviceContext,
     ) raises:
         comptime assert target == "cpu", "torch_max_backend_sgd_step runs on CPU"
-        comptime width = simd_width_of[DType.float32]()
-        var decay = coefficients.load[1](IndexList[1](0))
-        var momentum = coefficients.load[1](IndexList[1](1))
-        var damped = coefficients.load[1](IndexList[1](2))
-        var nesterov = coefficients.load[1](IndexList[1](3)) != 0
-        var pull = coefficients.load[1](IndexList[1](4))
-        var rate = coefficients.load[1](IndexList[1](5))
-        var decays = decay != 0
-        var n = param.size()
-        var p = param.unsafe_ptr()
-        var b = buf.unsafe_ptr()
-        var g = grad.unsafe_ptr()
+        _sgd_updates[maximize, False](
+            param.unsafe_ptr(),
+            buf.unsafe_ptr(),
+            grad.unsafe_ptr(),
+            param.unsafe_ptr(),  # no direction written: never stored to
+            coefficients.unsafe_ptr(),
+            param.size(),
+        )
 
-        def update[w: Int](i: Int) {var}:
-            var pv = p.unsafe_offset(i).unsafe_load[width=w]()
-            var d = g.unsafe_offset(i).unsafe_load[width=w]()
-            comptime if maximize:
-                d = -d
-            if decays:
-                d = d + pv * decay
-            var bv = b.unsafe_offset(i).unsafe_load[width=w]() * momentum
-            var b_new = bv + d * damped
-            var step = b_new
-            if nesterov:
-                step = d + b_new * pull
-            b.unsafe_offset(i).unsafe_store(b_new)
-            p.unsafe_offset(i).unsafe_store(pv + step * rate)
 
-        def chunk(task: Int) {var}:
-            var end = min(n, (task + 1) * _CHUNK)
-            var i = task * _CHUNK
-            while i + width <= end:
-                update[width](i)
-                i += width
-            while i < end:
-                update[1](i)
-                i += 1
+@extensibility.register("torch_max_backend_sgd_direction_step")
+struct SgdDirectionStep:
+    """SgdStep's update as torch's multi-tensor SGD with nesterov writes it
+    (torch/optim/sgd.py, `_foreach_add_(grads, bufs, alpha=momentum)`):
+    the new direction `d + nesterov's momentum * buf` is also stored into
+    the gradient, which eager leaves holding it."""
 
-        var tasks = ceildiv(n, _CHUNK)
-        if tasks == 1:
-            chunk(0)
-        else:
-            parallelize(chunk, tasks)
+    @staticmethod
+    def execute[
+        rank: Int, //, maximize: Bool, target: StaticString
+    ](
+        param: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
+        buf: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
+        grad: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
+        coefficients: InputTensor[dtype=DType.float32, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        comptime assert (
+            target == "cpu"
+        ), "torch_max_backend_sgd_direction_step runs on CPU"
+        _sgd_updates[maximize, True](
+            param.unsafe_ptr(),
+            buf.unsafe_ptr(),
+            grad.unsafe_ptr(),
+            grad.unsafe_ptr(),
+            coefficients.unsafe_ptr(),
+            param.size(),
+        )

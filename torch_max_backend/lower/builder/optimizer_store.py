@@ -97,15 +97,17 @@ def _sliced(numbers: TensorValue | None, start: int, count: int) -> TensorValue:
 def optimizer_step(
     update: OptimizerUpdate,
     buffers: tuple[BufferValue, ...],
-    grad: TensorValue,
+    grad: TensorValue | None,
     values: Mapping[torch.fx.Node, Any],
     numbers: TensorValue | None,
 ) -> None:
-    """Update ``buffers`` (the parameter and its state, then any step count)
-    in place; ``values`` holds the built nodes (the coefficients that are
+    """Update ``buffers`` (the parameter and its state, the gradient where
+    the kernel writes it, then any step count) in place, reading ``grad``
+    (None where it is one of ``buffers``); ``values`` holds the built nodes (the coefficients that are
     tensors), ``numbers`` the graph input of the update's plain numbers
     (``update_numbers``)."""
-    coefficients = _coefficients(update, values, numbers, grad.device)
+    device = buffers[0].device
+    coefficients = _coefficients(update, values, numbers, device)
     if update.count is not None:
         # Our count kernel adds one to the step in place and computes the
         # update kernel's bias corrections from it (passes/adam_counts.py).
@@ -114,14 +116,16 @@ def optimizer_step(
             OPTIMIZER,
             COUNT_KERNEL,
             [step, coefficients],
-            grad.device,
+            device,
             parameters={"lr_divides": update.count.lr_divides},
-            out_types=[TensorType(DType.float32, [UPDATE_COEFFICIENTS], grad.device)],
+            out_types=[TensorType(DType.float32, [UPDATE_COEFFICIENTS], device)],
         )
+    # A gradient the kernel writes is one of the buffers already.
+    operands = [*buffers] if update.grad_written else [*buffers, grad]
     custom_in_place(
         OPTIMIZER,
         update.kernel,
-        [*buffers, grad, coefficients],
-        grad.device,
+        [*operands, coefficients],
+        device,
         parameters=dict(update.kernel_parameters),
     )

@@ -240,8 +240,9 @@ class NodeWalk:
                 numbers = self.inputs.numbers_of.get(node)
                 # Read as the graph takes it where the update's operands
                 # all are (channels_last_inputs.py).
-                grad = self.values[update.grad]
-                if node in self.inputs.raw_updates:
+                # A gradient the kernel writes is one of ``buffers``.
+                grad = None if update.grad_written else self.values[update.grad]
+                if grad is not None and node in self.inputs.raw_updates:
                     grad = self._input(self.inputs.input_of[update.grad]).tensor
                 optimizer_step(
                     update,

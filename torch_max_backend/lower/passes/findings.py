@@ -96,8 +96,8 @@ class StepCount:
 class OptimizerUpdate:
     """One parameter's optimizer update run as one in-place kernel of ours
     (passes/optimizer_updates.py): the kernel's name, the inputs it writes
-    in place in its order (the parameter first, then its state), the
-    gradient it reads, its coefficients (in the kernel's order), AOTAutograd's
+    in place in its order (the parameter first, then its state, then the
+    gradient where it writes that too), the gradient it reads, its coefficients (in the kernel's order), AOTAutograd's
     write-backs and the nodes the kernel replaces. With ``count``, the
     coefficients end with those of the step count's kernel, which computes
     the kernel's last ones (Adam's bias corrections)."""
@@ -111,6 +111,11 @@ class OptimizerUpdate:
     count: StepCount | None = None
     # The kernel's compile-time parameters (adam_step's coupled_decay, maximize).
     kernel_parameters: tuple[tuple[str, bool], ...] = ()
+
+    @property
+    def grad_written(self) -> bool:
+        """Whether the kernel also writes the gradient (in ``written``)."""
+        return self.grad in self.written
 
     @property
     def inputs_written(self) -> tuple[torch.fx.Node, ...]:

@@ -15,7 +15,10 @@ instead (kernels/mojo_optimizer/sgd_step.mojo): each value read once, the
 two written once, in place. Its coefficients are the update's number arguments, read
 from the update's numbers input (builder/optimizer_store.py), so a new
 learning rate reuses the compiled graph; maximize's negated gradient is the
-kernel's too (its ``maximize``). Anything else (a tensor learning rate, SGD
+kernel's too (its ``maximize``). Multi-tensor nesterov (without weight
+decay or maximize) adds ``momentum * buf'`` into the gradient itself,
+``_foreach_add_(grads, bufs)``: the ``sgd_direction_step`` kernel stores
+that direction into the gradient in the same pass. Anything else (a tensor learning rate, SGD
 without momentum: one store already) does not match and is lowered as
 written.
 """
@@ -31,6 +34,8 @@ aten = torch.ops.aten
 ADD = aten.add.Tensor
 
 KERNEL = "torch_max_backend_sgd_step"
+# Multi-tensor nesterov's: also stores the step's direction into the gradient.
+DIRECTION_KERNEL = "torch_max_backend_sgd_direction_step"
 
 
 def _scaled(node: torch.fx.Node, key: str) -> Coefficient | None:
@@ -108,12 +113,16 @@ def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     if direction is None:
         return None
     grad, decay, maximize, direction_nodes = direction
-    write_backs = (write_back(param, new_param), write_back(buf, new_buf))
-    if write_backs[0] is None or write_backs[1] is None:
+    written = [(param, new_param), (buf, new_buf)]
+    # Multi-tensor nesterov's direction, copied back into the gradient input.
+    if len(nodes) == 2 and step.args[0] is grad and write_back(grad, step):
+        written.append((grad, step))
+    write_backs = tuple(write_back(state, value) for state, value in written)
+    if any(w is None for w in write_backs):
         return None
     update = OptimizerUpdate(
-        kernel=KERNEL,
-        written=(param, buf),
+        kernel=KERNEL if len(written) == 2 else DIRECTION_KERNEL,
+        written=tuple(state for state, _ in written),
         grad=grad,
         coefficients=(decay, *momentum, *nesterov, rate),
         write_backs=write_backs,

@@ -63,11 +63,14 @@ def write_back(target: torch.fx.Node, value: torch.fx.Node) -> torch.fx.Node | N
 
 def kernel_may_run(update: OptimizerUpdate) -> bool:
     """Whether the kernel may replace the update's nodes: every tensor it
-    touches a distinct float32 CPU tensor of one static shape (the kernel's
+    touches a distinct float32 CPU tensor of one static shape (the gradient
+    among those it writes, where it writes it) (the kernel's
     flat loop; a step count, one element on the CPU, besides), and the
     inputs it writes and the nodes it replaces read by the update's own
     nodes alone (so it changes nothing anything else reads)."""
-    tensors = [*update.written, update.grad]
+    tensors = [*update.written]
+    if not update.grad_written:
+        tensors.append(update.grad)
     metas = [tensor_meta(n) for n in tensors]
     first = metas[0]
     if first is None or len(set(tensors)) != len(tensors):
