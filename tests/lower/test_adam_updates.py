@@ -1,6 +1,7 @@
 """Adam and AdamW parameter updates each run as one in-place kernel
-(passes/adam_updates.py, kernels/mojo_optimizer/adam_step.mojo): the parameter and its
-two moments read and written once, whatever the mutated-input budget; the
+(passes/adam_updates.py, kernels/mojo_optimizer/adam_step.mojo): the
+parameter and its two moments read and written once, whatever the
+mutated-input budget; the
 step count and its bias corrections as one more (passes/adam_counts.py,
 kernels/mojo_optimizer/adam_count.mojo); amsgrad's largest second moment
 and maximize's negated gradient in the same pass; what the patterns do not

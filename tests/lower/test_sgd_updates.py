@@ -1,10 +1,10 @@
 """SGD-with-momentum parameter updates each run as one in-place kernel
-(passes/sgd_updates.py, kernels/mojo_optimizer/sgd_step.mojo): the parameter and its
-momentum buffer read and written once; the learning rate and momentum are
-read from the update's numbers input, so a new rate reuses the compiled
-graph; maximize's
-negated gradient is the kernel's too, and the multi-tensor nesterov step's
-direction written into the gradients another kernel's."""
+(passes/sgd_updates.py, kernels/mojo_optimizer/sgd_step.mojo): the
+parameter and its momentum buffer read and written once; the learning rate
+and momentum are read from the update's numbers input, so a new rate
+reuses the compiled graph; maximize's negated gradient is the kernel's
+too, and the multi-tensor nesterov step's direction, written into the
+gradients, another kernel's."""
 
 from __future__ import annotations
 

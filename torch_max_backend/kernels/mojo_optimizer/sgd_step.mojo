@@ -1,8 +1,9 @@
 # One SGD-with-momentum update of one parameter, in place: the parameter
 # and its momentum buffer read once and written once, the gradient read
-# once (and with multi-tensor nesterov written once: its new direction). Lowered op by op, the update is two fused kernels that each store
-# one of the two and read their inputs again (docs/benchmarks.md,
-# "Training steps").
+# once (and with multi-tensor nesterov written once: its new direction).
+# Lowered op by op, the update is two fused kernels that each store one of
+# the two and read their inputs again (docs/benchmarks.md, "Training
+# steps").
 
 import extensibility
 from extensibility import InputTensor

@@ -103,9 +103,9 @@ def optimizer_step(
 ) -> None:
     """Update ``buffers`` (the parameter and its state, the gradient where
     the kernel writes it, then any step count) in place, reading ``grad``
-    (None where it is one of ``buffers``); ``values`` holds the built nodes (the coefficients that are
-    tensors), ``numbers`` the graph input of the update's plain numbers
-    (``update_numbers``)."""
+    (None where it is one of ``buffers``); ``values`` holds the built nodes
+    (the coefficients that are tensors), ``numbers`` the graph input of the
+    update's plain numbers (``update_numbers``)."""
     device = buffers[0].device
     coefficients = _coefficients(update, values, numbers, device)
     if update.count is not None:

@@ -40,7 +40,7 @@ from .update_match import (
     is_number,
     kernel_may_run,
     scalar_tensor,
-    write_back,
+    write_backs_of,
 )
 
 aten = torch.ops.aten
@@ -262,15 +262,15 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     written = [(param, new_param), (exp_avg, first), (exp_avg_sq, new_second)]
     if amsgrad is not None:
         written.append((largest, new_largest))
-    write_backs = [write_back(state, value) for state, value in written]
-    if any(w is None for w in write_backs):
+    write_backs = write_backs_of(written)
+    if write_backs is None:
         return None
     update = OptimizerUpdate(
         kernel=KERNEL if amsgrad is None else AMSGRAD_KERNEL,
         written=tuple(state for state, _ in written),
         grad=gradient,
         coefficients=(decay, w1, beta2, w2, a, b),
-        write_backs=tuple(w for w in write_backs if w is not None),
+        write_backs=write_backs,
         replaced=frozenset(replaced),
         kernel_parameters=(
             ("coupled_decay", coupled is not None),

@@ -97,8 +97,9 @@ class OptimizerUpdate:
     """One parameter's optimizer update run as one in-place kernel of ours
     (passes/optimizer_updates.py): the kernel's name, the inputs it writes
     in place in its order (the parameter first, then its state, then the
-    gradient where it writes that too), the gradient it reads, its coefficients (in the kernel's order), AOTAutograd's
-    write-backs and the nodes the kernel replaces. With ``count``, the
+    gradient where it writes that too), the gradient it reads, its
+    coefficients (in the kernel's order), AOTAutograd's write-backs and the
+    nodes the kernel replaces. With ``count``, the
     coefficients end with those of the step count's kernel, which computes
     the kernel's last ones (Adam's bias corrections)."""
 

@@ -3,7 +3,7 @@
 Compiled, torch's single-tensor SGD (torch/optim/sgd.py, the form Dynamo
 traces on the CPU) with momentum updates each parameter as::
 
-    d      = grad                          (maximize: -grad; weight decay: + wd * param)
+    d      = grad                          (maximize: -grad; decay: + wd * param)
     buf'   = buf * momentum + d            (dampening: + (1 - dampening) * d)
     step   = buf'                          (nesterov: d + momentum * buf')
     param' = param + (-lr) * step
@@ -12,15 +12,15 @@ then AOTAutograd copies the two new values into their inputs. Lowered op by
 op that is two stores, each reading its inputs again. Where the parameter
 and buffer are read by nothing else, the walk runs our ``sgd_step`` kernel
 instead (kernels/mojo_optimizer/sgd_step.mojo): each value read once, the
-two written once, in place. Its coefficients are the update's number arguments, read
-from the update's numbers input (builder/optimizer_store.py), so a new
-learning rate reuses the compiled graph; maximize's negated gradient is the
-kernel's too (its ``maximize``). Multi-tensor nesterov (without weight
-decay or maximize) adds ``momentum * buf'`` into the gradient itself,
-``_foreach_add_(grads, bufs)``: the ``sgd_direction_step`` kernel stores
-that direction into the gradient in the same pass. Anything else (a tensor learning rate, SGD
-without momentum: one store already) does not match and is lowered as
-written.
+two written once, in place. Its coefficients are the update's number
+arguments, read from the update's numbers input
+(builder/optimizer_store.py), so a new learning rate reuses the compiled
+graph; maximize's negated gradient is the kernel's too (its ``maximize``).
+Multi-tensor nesterov (without weight decay or maximize) adds ``momentum *
+buf'`` into the gradient itself, ``_foreach_add_(grads, bufs)``: the
+``sgd_direction_step`` kernel stores that direction into the gradient in
+the same pass. Anything else (a tensor learning rate, SGD without momentum:
+one store already) does not match and is lowered as written.
 """
 
 from __future__ import annotations
@@ -28,7 +28,14 @@ from __future__ import annotations
 import torch
 
 from .findings import Coefficient, OptimizerUpdate
-from .update_match import call, coefficient, is_input, kernel_may_run, write_back
+from .update_match import (
+    call,
+    coefficient,
+    is_input,
+    kernel_may_run,
+    write_back,
+    write_backs_of,
+)
 
 aten = torch.ops.aten
 ADD = aten.add.Tensor
@@ -115,13 +122,14 @@ def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     grad, decay, maximize, direction_nodes = direction
     written = [(param, new_param), (buf, new_buf)]
     # Multi-tensor nesterov's direction, copied back into the gradient input.
-    if len(nodes) == 2 and step.args[0] is grad and write_back(grad, step):
+    stores_direction = step is not new_buf and write_back(grad, step) is not None
+    if stores_direction:
         written.append((grad, step))
-    write_backs = tuple(write_back(state, value) for state, value in written)
-    if any(w is None for w in write_backs):
+    write_backs = write_backs_of(written)
+    if write_backs is None:
         return None
     update = OptimizerUpdate(
-        kernel=KERNEL if len(written) == 2 else DIRECTION_KERNEL,
+        kernel=DIRECTION_KERNEL if stores_direction else KERNEL,
         written=tuple(state for state, _ in written),
         grad=grad,
         coefficients=(decay, *momentum, *nesterov, rate),

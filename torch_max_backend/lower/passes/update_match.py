@@ -61,11 +61,20 @@ def write_back(target: torch.fx.Node, value: torch.fx.Node) -> torch.fx.Node | N
     return None
 
 
+def write_backs_of(
+    written: list[tuple[torch.fx.Node, torch.fx.Node]],
+) -> tuple[torch.fx.Node, ...] | None:
+    """AOTAutograd's write-back of each ``(input, new value)`` pair, in
+    order; None where one of them has none."""
+    found = tuple(write_back(target, value) for target, value in written)
+    return None if any(w is None for w in found) else found
+
+
 def kernel_may_run(update: OptimizerUpdate) -> bool:
     """Whether the kernel may replace the update's nodes: every tensor it
-    touches a distinct float32 CPU tensor of one static shape (the gradient
-    among those it writes, where it writes it) (the kernel's
-    flat loop; a step count, one element on the CPU, besides), and the
+    touches (the gradient once, where the kernel also writes it) a distinct
+    float32 CPU tensor of one static shape (the kernel's flat loop; a step
+    count, one element on the CPU, besides), and the
     inputs it writes and the nodes it replaces read by the update's own
     nodes alone (so it changes nothing anything else reads)."""
     tensors = [*update.written]
