@@ -26,6 +26,8 @@ KERNEL = "torch_max_backend_adam_step"
 AMSGRAD_KERNEL = "torch_max_backend_adam_amsgrad_step"
 COUNT = "torch_max_backend_adam_count"
 SHAPES = [(40, 37), (5,), (3, 4, 6)]
+# Whole vectors of half-precision values on any CPU (64 of them).
+HALF_SHAPES = [(8, 64), (64,), (2, 2, 64)]
 
 
 def _channels_last(p: torch.nn.Parameter) -> torch.nn.Parameter:
@@ -65,8 +67,11 @@ def _optimizer(
     for p in params:
         state = optimizer.state[p]
         state.update(
-            # float64 where torch.set_default_dtype(torch.float64) makes it so
-            step=torch.tensor(0.0, dtype=dtype),
+            # float64 where torch.set_default_dtype(torch.float64) makes it
+            # so, else float32 (half-precision parameters' too)
+            step=torch.tensor(
+                0.0, dtype=torch.float64 if dtype == torch.float64 else torch.float32
+            ),
             exp_avg=torch.zeros_like(p),
             exp_avg_sq=torch.zeros_like(p),
         )
@@ -83,12 +88,15 @@ def _steps_match_eager(
     rates=(None,) * 3,
     dynamic: bool | None = None,
     eager_options: dict | None = None,
+    param_close: dict | None = None,
     **options,
-) -> None:
+) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
     """One compiled step and one eager step per rate (a tensor learning
     rate set to it first, where given); parameters and state then match.
     The eager optimizer takes ``eager_options`` where given, else
-    ``options``. Strict: no op of the step runs in PyTorch."""
+    ``options``; the parameters are compared with ``param_close``'s
+    tolerances where given. Strict: no op of the step runs in PyTorch.
+    Returns the compiled step's optimizer and eager's."""
     params, optimizer = _optimizer(kind, shapes, **options)
     expected, reference = _optimizer(kind, shapes, **(eager_options or options))
     step = torch.compile(
@@ -101,10 +109,11 @@ def _steps_match_eager(
         step()
         reference.step()
     for p, q in zip(params, expected, strict=True):
-        torch.testing.assert_close(p, q)
+        torch.testing.assert_close(p, q, **(param_close or {}))
         assert optimizer.state[p].keys() == reference.state[q].keys()
         for key, value in optimizer.state[p].items():
             torch.testing.assert_close(value, reference.state[q][key])
+    return optimizer, reference
 
 
 @pytest.mark.parametrize("kind", ["adamw", "adam"])
@@ -203,6 +212,26 @@ def test_amsgrad_is_the_kernels(foreach, graph_texts):
     assert "mo.mutable.store" not in text  # nothing stored op by op
 
 
+def test_amsgrad_keeps_a_nan_as_torch_maximum_does(graph_texts):
+    """A NaN gradient makes the largest second moment NaN there, as
+    torch.maximum does. The kernel tells NaNs by their bits: MAX compiles
+    kernels with fast-math flags, under which ``v != v`` was folded to
+    false and the state kept its old largest value without a word."""
+    params, optimizer = _optimizer("adamw", SHAPES, amsgrad=True)
+    expected, reference = _optimizer("adamw", SHAPES, amsgrad=True)
+    for p in (*params, *expected):
+        p.grad.view(-1)[:3] = float("nan")
+    torch.compile(optimizer.step, backend=max_backend)()
+    reference.step()
+    for p, q in zip(params, expected, strict=True):
+        torch.testing.assert_close(p, q, equal_nan=True)
+        for key, value in optimizer.state[p].items():
+            torch.testing.assert_close(value, reference.state[q][key], equal_nan=True)
+        assert optimizer.state[p]["max_exp_avg_sq"].isnan().sum() == 3
+    (text,) = graph_texts()
+    assert text.count(f'"{AMSGRAD_KERNEL}"') == len(SHAPES)
+
+
 @pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
 def test_maximize_is_the_kernels(foreach, graph_texts):
     """maximize negates the gradient before everything else, Adam's own
@@ -213,6 +242,47 @@ def test_maximize_is_the_kernels(foreach, graph_texts):
     (text,) = graph_texts()
     flags = "coupled_decay = true, maximize = true"
     assert text.count(f'"{KERNEL}", parameters = {{{flags}}}') == len(SHAPES)
+    assert "mo.mutable.store" not in text
+
+
+@pytest.mark.parametrize(
+    ("kind", "dtype", "options"),
+    [
+        ("adam", torch.bfloat16, {"amsgrad": True}),
+        ("adamw", torch.float16, {"eps": 1e-3, "maximize": True}),
+        ("adam", torch.bfloat16, {"weight_decay": 0.05, "foreach": True}),
+    ],
+    ids=["adam-bfloat16-amsgrad", "adamw-float16-maximize", "adam-decay-foreach"],
+)
+def test_half_precision_values_are_the_kernels(kind, dtype, options, graph_texts):
+    """bfloat16 and float16 parameters update on the kernels too, computed
+    in float32 and rounded where eager's ops round: the for-loop step's
+    moments are eager's bit for bit (sizes in whole vectors: eager's scalar
+    loop over a vector's remainder rounds otherwise). The parameters are
+    within their type's default tolerance, or 2 % of a step (a parameter
+    near 0 has an absolute rounding of its own): the compiled step's
+    denominator, scaled by the step size, rounds otherwise than eager's,
+    and float16's smallest second moments are subnormal. (eps 1e-3 for
+    float16: the default 1e-8 is 0 there, and eager's parameters become
+    infinite.)"""
+    # torch's default relative tolerance, or the learning rate's 2 %
+    rtol = {torch.bfloat16: 1.6e-2, torch.float16: 1e-3}[dtype]
+    close = {"rtol": rtol, "atol": 0.02 * 1e-2}
+    optimizer, reference = _steps_match_eager(
+        kind, HALF_SHAPES, dtype=dtype, param_close=close, **options
+    )
+    if not (options.get("foreach") or options.get("weight_decay")):
+        # Not where a moment reads the parameter (Adam's own weight decay),
+        # nor the list ops: eager's in-place ones round a multiplier to the
+        # values' type, the compiled (functional) step's do not.
+        compiled = optimizer.param_groups[0]["params"]
+        for p, q in zip(compiled, reference.param_groups[0]["params"], strict=True):
+            for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+                if key in reference.state[q]:
+                    assert torch.equal(optimizer.state[p][key], reference.state[q][key])
+    (text,) = graph_texts()
+    kernel = AMSGRAD_KERNEL if options.get("amsgrad") else KERNEL
+    assert text.count(f'"{kernel}"') == len(HALF_SHAPES)
     assert "mo.mutable.store" not in text
 
 

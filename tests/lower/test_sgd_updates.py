@@ -19,19 +19,21 @@ from .optimizer_params import params_with_grads
 KERNEL = "torch_max_backend_sgd_step"
 DIRECTION_KERNEL = "torch_max_backend_sgd_direction_step"
 SHAPES = [(40, 37), (5,), (3, 4, 6)]
+# Whole vectors of half-precision values on any CPU (64 of them).
+HALF_SHAPES = [(8, 64), (64,), (2, 2, 64)]
 
 
 def _optimizer(
-    shapes: list[tuple[int, ...]], **options
+    shapes: list[tuple[int, ...]], dtype: torch.dtype = torch.float32, **options
 ) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
     """Parameters with gradients (the same for every call: seeded) and their
     SGD, its momentum buffers created as the benchmarks create them."""
-    params = params_with_grads(shapes)
+    params = params_with_grads(shapes, dtype)
     generator = torch.Generator().manual_seed(1)
     optimizer = torch.optim.SGD(params, **options)
     for p in params:
         optimizer.state[p]["momentum_buffer"] = torch.randn(
-            p.shape, generator=generator
+            p.shape, generator=generator, dtype=dtype
         )
     return params, optimizer
 
@@ -141,4 +143,25 @@ def test_maximize_is_the_kernels(foreach, graph_texts):
     )
     (text,) = graph_texts()
     assert text.count(f'"{KERNEL}", parameters = {{maximize = true}}') == len(SHAPES)
+    assert "mo.mutable.store" not in text
+
+
+@pytest.mark.parametrize(
+    ("dtype", "options"),
+    [
+        (torch.bfloat16, {"momentum": 0.8, "weight_decay": 0.05, "nesterov": True}),
+        (torch.float16, {"momentum": 0.7, "dampening": 0.25, "maximize": True}),
+    ],
+    ids=["bfloat16-nesterov-decay", "float16-dampening-maximize"],
+)
+def test_half_precision_values_are_the_kernels(dtype, options, graph_texts):
+    """bfloat16 and float16 parameters update on the kernel too, computed
+    in float32 and rounded after each op as eager's ops round (an ``add``'s
+    alpha rounded to the values' type first, as eager rounds it): eager's
+    values bit for bit. (Sizes in whole vectors: eager's scalar loop over a
+    vector's remainder rounds otherwise than its vector loop.)"""
+    _steps_match_eager(HALF_SHAPES, dtype=dtype, exact=True, **options)
+    (text,) = graph_texts()
+    flags = f"maximize = {str(options.get('maximize', False)).lower()}"
+    assert text.count(f'"{KERNEL}", parameters = {{{flags}}}') == len(HALF_SHAPES)
     assert "mo.mutable.store" not in text

@@ -17,25 +17,30 @@ from max.gpu.host import DeviceContext
 from std.math import ceildiv, sqrt
 from std.sys import simd_width_of
 
+from .rounding import check_float, is_nan, load_wide, rounded, rounded_number
+
 # Values one task updates: a few tasks a core for a large parameter, one
 # task (no parallel dispatch to wait for) for a small one.
 comptime _CHUNK = 32768
 
 
 def _adam_updates[
-    amsgrad: Bool, coupled_decay: Bool, maximize: Bool
+    dtype: DType, amsgrad: Bool, coupled_decay: Bool, maximize: Bool
 ](
-    p: UnsafePointer[Float32, MutAnyOrigin],
-    m: UnsafePointer[Float32, MutAnyOrigin],
-    v: UnsafePointer[Float32, MutAnyOrigin],
-    v_max: UnsafePointer[Float32, MutAnyOrigin],
-    g: UnsafePointer[Float32, ImmutAnyOrigin],
+    p: UnsafePointer[Scalar[dtype], MutAnyOrigin],
+    m: UnsafePointer[Scalar[dtype], MutAnyOrigin],
+    v: UnsafePointer[Scalar[dtype], MutAnyOrigin],
+    v_max: UnsafePointer[Scalar[dtype], MutAnyOrigin],
+    g: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
     c: UnsafePointer[Float32, ImmutAnyOrigin],
     n: Int,
 ):
     """The update of `n` values, in tasks of `_CHUNK` (`v_max` is read and
-    written with `amsgrad` only; the coefficients as AdamStep's)."""
+    written with `amsgrad` only; the coefficients as AdamStep's). Computed
+    in float32; half-precision values are rounded to their type wherever
+    torch's single-tensor step rounds them (see AdamStep)."""
     comptime width = simd_width_of[DType.float32]()
+    comptime half = dtype != DType.float32
     var decay = c.unsafe_offset(0).unsafe_load()
     var w1 = c.unsafe_offset(1).unsafe_load()
     var beta2 = c.unsafe_offset(2).unsafe_load()
@@ -46,35 +51,49 @@ def _adam_updates[
     var from_start = abs(w1) < 0.5
 
     def update[w: Int](i: Int) {var}:
-        var gv = g.unsafe_offset(i).unsafe_load[width=w]()
+        var gv = load_wide[w](g, i)
         comptime if maximize:
             gv = -gv
-        var mv = m.unsafe_offset(i).unsafe_load[width=w]()
-        var vv = v.unsafe_offset(i).unsafe_load[width=w]()
-        var pv = p.unsafe_offset(i).unsafe_load[width=w]()
-        var scaled = pv * decay
+        var mv = load_wide[w](m, i)
+        var vv = load_wide[w](v, i)
+        var pv = load_wide[w](p, i)
+        var scaled = pv
         comptime if coupled_decay:
-            gv = gv + scaled
-            scaled = pv
+            # `grad.add(param, alpha=decay)`: eager rounds a half-precision
+            # add's alpha to the values' type.
+            gv = rounded[dtype](gv + pv * rounded_number[dtype](decay))
+        else:
+            scaled = rounded[dtype](pv * decay)
         var diff = gv - mv
         var m_new: SIMD[DType.float32, w]
         if from_start:
             m_new = mv + diff * w1
         else:
             m_new = gv - diff * (1 - w1)
-        var v_new = (gv * gv) * w2 + vv * beta2
+        m_new = rounded[dtype](m_new)
+        var v_new: SIMD[DType.float32, w]
+        comptime if half:
+            # As eager's addcmul on half-precision values: (w2 * g) * g in
+            # float32, added to the rounded product, rounded once.
+            v_new = rounded[dtype](rounded[dtype](vv * beta2) + (gv * w2) * gv)
+        else:
+            v_new = (gv * gv) * w2 + vv * beta2
         var v_used = v_new
         comptime if amsgrad:
-            var vm = v_max.unsafe_offset(i).unsafe_load[width=w]()
-            # torch.maximum: NaN wherever either is NaN.
+            var vm = load_wide[w](v_max, i)
+            # torch.maximum: NaN wherever either is NaN (told by the bits:
+            # MAX compiles kernels with fast-math flags).
             v_used = max(vm, v_new)
-            v_used = v_new.ne(v_new).select(v_new, v_used)
-            v_used = vm.ne(vm).select(vm, v_used)
-            v_max.unsafe_offset(i).unsafe_store(v_used)
-        var p_new = scaled + m_new / (sqrt(v_used) / a + b)
-        m.unsafe_offset(i).unsafe_store(m_new)
-        v.unsafe_offset(i).unsafe_store(v_new)
-        p.unsafe_offset(i).unsafe_store(p_new)
+            v_used = is_nan(v_new).select(v_new, v_used)
+            v_used = is_nan(vm).select(vm, v_used)
+            v_max.unsafe_offset(i).unsafe_store(v_used.cast[dtype]())
+        var denominator = rounded[dtype](
+            rounded[dtype](rounded[dtype](sqrt(v_used)) / a) + b
+        )
+        var p_new = scaled + m_new / denominator
+        m.unsafe_offset(i).unsafe_store(m_new.cast[dtype]())
+        v.unsafe_offset(i).unsafe_store(v_new.cast[dtype]())
+        p.unsafe_offset(i).unsafe_store(p_new.cast[dtype]())
 
     def chunk(task: Int) {var}:
         var end = min(n, (task + 1) * _CHUNK)
@@ -111,21 +130,34 @@ struct AdamStep:
         grad  = grad + param * decay
         param = param + exp_avg / (sqrt(exp_avg_sq) / a + b)
 
-    With `maximize` the gradient is negated first, as torch does."""
+    With `maximize` the gradient is negated first, as torch does.
+
+    bfloat16 and float16 values are computed in float32 and rounded to
+    their type wherever the step's ops, one by one, store a result of it:
+    the decayed parameter (or the decayed gradient), the new moments, the
+    scaled second moment, the root, the quotient, the denominator and the
+    new parameter (lerp, addcmul and addcdiv compute in float32 and round
+    once, as eager's kernels for those types do)."""
 
     @staticmethod
     def execute[
-        rank: Int, //, coupled_decay: Bool, maximize: Bool, target: StaticString
+        dtype: DType,
+        rank: Int,
+        //,
+        coupled_decay: Bool,
+        maximize: Bool,
+        target: StaticString,
     ](
-        param: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        exp_avg: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        exp_avg_sq: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        grad: InputTensor[dtype=DType.float32, rank=rank, ...],
+        param: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        exp_avg: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        exp_avg_sq: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        grad: InputTensor[dtype=dtype, rank=rank, ...],
         coefficients: InputTensor[dtype=DType.float32, rank=1, ...],
         ctx: DeviceContext,
     ) raises:
         comptime assert target == "cpu", "torch_max_backend_adam_step runs on CPU"
-        _adam_updates[False, coupled_decay, maximize](
+        check_float[dtype]()
+        _adam_updates[dtype, False, coupled_decay, maximize](
             param.unsafe_ptr(),
             exp_avg.unsafe_ptr(),
             exp_avg_sq.unsafe_ptr(),
@@ -147,20 +179,26 @@ struct AdamAmsgradStep:
 
     @staticmethod
     def execute[
-        rank: Int, //, coupled_decay: Bool, maximize: Bool, target: StaticString
+        dtype: DType,
+        rank: Int,
+        //,
+        coupled_decay: Bool,
+        maximize: Bool,
+        target: StaticString,
     ](
-        param: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        exp_avg: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        exp_avg_sq: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        max_exp_avg_sq: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        grad: InputTensor[dtype=DType.float32, rank=rank, ...],
+        param: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        exp_avg: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        exp_avg_sq: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        max_exp_avg_sq: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        grad: InputTensor[dtype=dtype, rank=rank, ...],
         coefficients: InputTensor[dtype=DType.float32, rank=1, ...],
         ctx: DeviceContext,
     ) raises:
         comptime assert (
             target == "cpu"
         ), "torch_max_backend_adam_amsgrad_step runs on CPU"
-        _adam_updates[True, coupled_decay, maximize](
+        check_float[dtype]()
+        _adam_updates[dtype, True, coupled_decay, maximize](
             param.unsafe_ptr(),
             exp_avg.unsafe_ptr(),
             exp_avg_sq.unsafe_ptr(),

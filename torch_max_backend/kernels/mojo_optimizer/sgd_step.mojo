@@ -16,52 +16,58 @@ from max.gpu.host import DeviceContext
 from std.math import ceildiv
 from std.sys import simd_width_of
 
+from .rounding import check_float, load_wide, rounded, rounded_number
+
 # Values one task updates: a few tasks a core for a large parameter, one
 # task (no parallel dispatch to wait for) for a small one.
 comptime _CHUNK = 32768
 
 
 def _sgd_updates[
-    maximize: Bool, writes_direction: Bool
+    dtype: DType, maximize: Bool, writes_direction: Bool
 ](
-    p: UnsafePointer[Float32, MutAnyOrigin],
-    b: UnsafePointer[Float32, MutAnyOrigin],
-    g: UnsafePointer[Float32, ImmutAnyOrigin],
-    direction: UnsafePointer[Float32, MutAnyOrigin],
+    p: UnsafePointer[Scalar[dtype], MutAnyOrigin],
+    b: UnsafePointer[Scalar[dtype], MutAnyOrigin],
+    g: UnsafePointer[Scalar[dtype], ImmutAnyOrigin],
+    direction: UnsafePointer[Scalar[dtype], MutAnyOrigin],
     c: UnsafePointer[Float32, ImmutAnyOrigin],
     n: Int,
 ):
     """The update of `n` values, in tasks of `_CHUNK`, with SgdStep's
     coefficients `c`; with `writes_direction`, the step's direction stored
-    at `direction` (the gradient's own memory), else `direction` unused."""
+    at `direction` (the gradient's own memory), else `direction` unused.
+    Computed in float32; half-precision values are rounded to their type
+    after each op of torch's step, as its ops store them."""
     comptime width = simd_width_of[DType.float32]()
-    var decay = c.unsafe_offset(0).unsafe_load()
+    # Eager's `add(x, y, alpha=...)` on half-precision values rounds its
+    # alpha to their type (a multiplier, as `momentum`, it keeps as float).
+    var decay = rounded_number[dtype](c.unsafe_offset(0).unsafe_load())
     var momentum = c.unsafe_offset(1).unsafe_load()
-    var damped = c.unsafe_offset(2).unsafe_load()
+    var damped = rounded_number[dtype](c.unsafe_offset(2).unsafe_load())
     var nesterov = c.unsafe_offset(3).unsafe_load() != 0
-    var pull = c.unsafe_offset(4).unsafe_load()
-    var rate = c.unsafe_offset(5).unsafe_load()
+    var pull = rounded_number[dtype](c.unsafe_offset(4).unsafe_load())
+    var rate = rounded_number[dtype](c.unsafe_offset(5).unsafe_load())
     var decays = decay != 0
 
     def update[w: Int](i: Int) {var}:
-        var pv = p.unsafe_offset(i).unsafe_load[width=w]()
-        var d = g.unsafe_offset(i).unsafe_load[width=w]()
+        var pv = load_wide[w](p, i)
+        var d = load_wide[w](g, i)
         comptime if maximize:
             d = -d
         # Each `x + alpha * y` one fused multiply-add, as torch's vectorized
         # `add(x, y, alpha=...)` computes it, so that the results are eager's
         # bit for bit whatever the compiler would contract.
         if decays:
-            d = pv.fma(decay, d)
-        var bv = b.unsafe_offset(i).unsafe_load[width=w]() * momentum
-        var b_new = d.fma(damped, bv)
+            d = rounded[dtype](pv.fma(decay, d))
+        var bv = rounded[dtype](load_wide[w](b, i) * momentum)
+        var b_new = rounded[dtype](d.fma(damped, bv))
         var step = b_new
         if nesterov:
-            step = b_new.fma(pull, d)
-        b.unsafe_offset(i).unsafe_store(b_new)
+            step = rounded[dtype](b_new.fma(pull, d))
+        b.unsafe_offset(i).unsafe_store(b_new.cast[dtype]())
         comptime if writes_direction:
-            direction.unsafe_offset(i).unsafe_store(step)
-        p.unsafe_offset(i).unsafe_store(step.fma(rate, pv))
+            direction.unsafe_offset(i).unsafe_store(step.cast[dtype]())
+        p.unsafe_offset(i).unsafe_store(step.fma(rate, pv).cast[dtype]())
 
     def chunk(task: Int) {var}:
         var end = min(n, (task + 1) * _CHUNK)
@@ -97,16 +103,17 @@ struct SgdStep:
 
     @staticmethod
     def execute[
-        rank: Int, //, maximize: Bool, target: StaticString
+        dtype: DType, rank: Int, //, maximize: Bool, target: StaticString
     ](
-        param: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        buf: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        grad: InputTensor[dtype=DType.float32, rank=rank, ...],
+        param: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        buf: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        grad: InputTensor[dtype=dtype, rank=rank, ...],
         coefficients: InputTensor[dtype=DType.float32, rank=1, ...],
         ctx: DeviceContext,
     ) raises:
         comptime assert target == "cpu", "torch_max_backend_sgd_step runs on CPU"
-        _sgd_updates[maximize, False](
+        check_float[dtype]()
+        _sgd_updates[dtype, maximize, False](
             param.unsafe_ptr(),
             buf.unsafe_ptr(),
             grad.unsafe_ptr(),
@@ -125,18 +132,19 @@ struct SgdDirectionStep:
 
     @staticmethod
     def execute[
-        rank: Int, //, maximize: Bool, target: StaticString
+        dtype: DType, rank: Int, //, maximize: Bool, target: StaticString
     ](
-        param: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        buf: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
-        grad: MutableInputTensor[dtype=DType.float32, rank=rank, ...],
+        param: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        buf: MutableInputTensor[dtype=dtype, rank=rank, ...],
+        grad: MutableInputTensor[dtype=dtype, rank=rank, ...],
         coefficients: InputTensor[dtype=DType.float32, rank=1, ...],
         ctx: DeviceContext,
     ) raises:
         comptime assert (
             target == "cpu"
         ), "torch_max_backend_sgd_direction_step runs on CPU"
-        _sgd_updates[maximize, True](
+        check_float[dtype]()
+        _sgd_updates[dtype, maximize, True](
             param.unsafe_ptr(),
             buf.unsafe_ptr(),
             grad.unsafe_ptr(),

@@ -21,8 +21,12 @@ Adam's own (coupled) weight decay, ``grad + wd * param``, is the kernel's
 too (its ``coupled_decay``), and so is maximize's negated gradient (its
 ``maximize``); with amsgrad, whose denominator reads ``maximum(
 max_exp_avg_sq, exp_avg_sq')``, the ``adam_amsgrad_step`` kernel also
-reads and writes the largest second moment. Anything else (complex or
-non-float32 parameters) does not match and is lowered as written.
+reads and writes the largest second moment. bfloat16 and float16
+parameters take the same kernels, which compute in float32 and round where
+eager's ops round (torch's decompositions cast a half-precision lerp's and
+addcdiv's operands to float32 and the result back: the casts are the
+kernel's too). Anything else (complex or float64 parameters) does not match
+and is lowered as written.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from .update_match import (
     is_input,
     is_number,
     kernel_may_run,
+    rounded_source,
     scalar_tensor,
+    upcast_source,
     write_backs_of,
 )
 
@@ -210,10 +216,16 @@ def _largest_second_moment(
 def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     """The Adam or AdamW update whose new parameter is ``new_param``, if it
     may run as our kernel."""
-    found = _addcdiv(new_param)
+    # Half-precision values: lerp and addcdiv computed in float32 between
+    # casts (torch's decompositions), each cast replaced with the rest.
+    casts: list[torch.fx.Node] = []
+    found = _addcdiv(rounded_source(new_param, casts))
     if found is None:
         return None
     base, first, denominator, replaced = found
+    base = upcast_source(base, casts)
+    first = upcast_source(first, casts)
+    denominator = upcast_source(denominator, casts)
     if is_input(base):
         param, decay = base, 1.0
     elif call(base, aten.mul.Tensor, 2) and is_input(base.args[0]):
@@ -225,10 +237,12 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
         replaced.append(base)
     else:
         return None
-    lerp = _lerp(first)
+    lerp = _lerp(rounded_source(first, casts))
     if lerp is None:
         return None
-    exp_avg, grad, w1, lerp_nodes = lerp
+    start, end, w1, lerp_nodes = lerp
+    exp_avg = upcast_source(start, casts)
+    grad = upcast_source(end, casts)
     gradient = grad  # the kernel's: the input, before any decay or negation
     coupled = _coupled_decay(grad, param) if decay == 1.0 else None
     if coupled is not None:
@@ -258,7 +272,7 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
         return None
     exp_avg_sq, beta2, w2, second_nodes = second
     new_second = second_nodes[0]
-    replaced += [*lerp_nodes, denominator, quotient, root, *second_nodes]
+    replaced += [*lerp_nodes, denominator, quotient, root, *second_nodes, *casts]
     written = [(param, new_param), (exp_avg, first), (exp_avg_sq, new_second)]
     if amsgrad is not None:
         written.append((largest, new_largest))

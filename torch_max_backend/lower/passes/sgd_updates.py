@@ -19,8 +19,10 @@ graph; maximize's negated gradient is the kernel's too (its ``maximize``).
 Multi-tensor nesterov (without weight decay or maximize) adds ``momentum *
 buf'`` into the gradient itself, ``_foreach_add_(grads, bufs)``: the
 ``sgd_direction_step`` kernel stores that direction into the gradient in
-the same pass. Anything else (a tensor learning rate, SGD without momentum:
-one store already) does not match and is lowered as written.
+the same pass. bfloat16 and float16 parameters take the same kernels,
+computed in float32 and rounded after each op as eager's ops round. Anything
+else (a tensor learning rate, SGD without momentum: one store already,
+float64 or complex parameters) does not match and is lowered as written.
 """
 
 from __future__ import annotations

@@ -10,6 +10,12 @@ from ..kit import device_of, is_static, tensor_meta
 from .findings import Coefficient, OptimizerUpdate
 from .mutations import writes_input
 
+aten = torch.ops.aten
+# The value types the update kernels take: float32, and the half-precision
+# types, which they compute in float32 and round as the step's ops do.
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
 
 def call(node: object, target: object, arity: int, *keywords: str) -> bool:
     """Whether ``node`` calls ``target`` with ``arity`` positional arguments
@@ -29,6 +35,38 @@ def is_input(node: object) -> bool:
 
 def is_number(value: object) -> bool:
     return type(value) in (int, float)
+
+
+def _float_cast(node: object, source: tuple, result: tuple) -> bool:
+    """Whether ``node`` is ``_to_copy(x, dtype=...)`` from a type in
+    ``source`` to one in ``result``, and nothing else (no device or layout
+    change)."""
+    if not call(node, aten._to_copy.default, 1, "dtype"):
+        return False
+    meta = tensor_meta(node.args[0])
+    return (
+        meta is not None and meta.dtype in source and node.kwargs.get("dtype") in result
+    )
+
+
+def upcast_source(node: object, casts: list[torch.fx.Node]) -> object:
+    """The half-precision value ``node`` casts to float32 (torch's
+    decompositions of lerp and addcdiv compute half-precision operands so),
+    the cast appended to ``casts``; ``node`` itself where it is no such cast."""
+    if _float_cast(node, HALF_DTYPES, (torch.float32,)):
+        casts.append(node)
+        return node.args[0]
+    return node
+
+
+def rounded_source(node: object, casts: list[torch.fx.Node]) -> object:
+    """The float32 value ``node`` rounds to a half-precision type (such a
+    decomposition's result stored as its operands' type), the cast appended
+    to ``casts``; ``node`` itself where it is no such cast."""
+    if _float_cast(node, (torch.float32,), HALF_DTYPES):
+        casts.append(node)
+        return node.args[0]
+    return node
 
 
 def scalar_tensor(node: object) -> bool:
@@ -73,7 +111,8 @@ def write_backs_of(
 def kernel_may_run(update: OptimizerUpdate) -> bool:
     """Whether the kernel may replace the update's nodes: every tensor it
     touches (the gradient once, where the kernel also writes it) a distinct
-    float32 CPU tensor of one static shape (the kernel's flat loop; a step
+    CPU tensor of one static shape and one of the kernels' types (the
+    kernel's flat loop; a step
     count, one element on the CPU, besides), and the
     inputs it writes and the nodes it replaces read by the update's own
     nodes alone (so it changes nothing anything else reads)."""
@@ -86,7 +125,8 @@ def kernel_may_run(update: OptimizerUpdate) -> bool:
         return False
     if any(
         t is None
-        or t.dtype != torch.float32
+        or t.dtype not in KERNEL_DTYPES
+        or t.dtype != first.dtype
         or device_of(t).type != "cpu"
         or not is_static(t.shape)
         or t.shape != first.shape
