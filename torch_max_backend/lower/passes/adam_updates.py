@@ -229,10 +229,8 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     if is_input(base):
         param, decay = base, 1.0
     elif call(base, aten.mul.Tensor, 2) and is_input(base.args[0]):
-        param, decay = base.args[0], base.args[1]
-        if is_number(decay):
-            decay = float(decay)
-        elif not scalar_tensor(decay):
+        param, decay = base.args[0], coefficient(base.args[1])
+        if decay is None:
             return None
         replaced.append(base)
     else:
