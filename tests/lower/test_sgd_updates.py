@@ -147,20 +147,27 @@ def test_maximize_is_the_kernels(foreach, graph_texts):
 
 
 @pytest.mark.parametrize(
-    ("dtype", "options"),
+    ("dtype", "dynamic", "options"),
     [
-        (torch.bfloat16, {"momentum": 0.8, "weight_decay": 0.05, "nesterov": True}),
-        (torch.float16, {"momentum": 0.7, "dampening": 0.25, "maximize": True}),
+        (
+            torch.bfloat16,
+            None,
+            {"momentum": 0.8, "weight_decay": 0.05, "nesterov": True},
+        ),
+        (torch.float16, None, {"momentum": 0.7, "dampening": 0.25, "maximize": True}),
+        (torch.bfloat16, True, {"momentum": 0.9}),
     ],
-    ids=["bfloat16-nesterov-decay", "float16-dampening-maximize"],
+    ids=["bfloat16-nesterov-decay", "float16-dampening-maximize", "bfloat16-dynamic"],
 )
-def test_half_precision_values_are_the_kernels(dtype, options, graph_texts):
+def test_half_precision_values_are_the_kernels(dtype, dynamic, options, graph_texts):
     """bfloat16 and float16 parameters update on the kernel too, computed
     in float32 and rounded after each op as eager's ops round (an ``add``'s
     alpha rounded to the values' type first, as eager rounds it): eager's
     values bit for bit. (Sizes in whole vectors: eager's scalar loop over a
-    vector's remainder rounds otherwise than its vector loop.)"""
-    _steps_match_eager(HALF_SHAPES, dtype=dtype, exact=True, **options)
+    vector's remainder rounds otherwise than its vector loop.) Under
+    ``dynamic=True`` the momentum is a float32 tensor whose product with
+    the buffer is cast to the buffer's type: the kernel's too."""
+    _steps_match_eager(HALF_SHAPES, dtype=dtype, exact=True, dynamic=dynamic, **options)
     (text,) = graph_texts()
     flags = f"maximize = {str(options.get('maximize', False)).lower()}"
     assert text.count(f'"{KERNEL}", parameters = {{{flags}}}') == len(HALF_SHAPES)

@@ -39,6 +39,7 @@ from .adam_counts import counted
 from .findings import Coefficient, OptimizerUpdate
 from .update_match import (
     call,
+    casts_of_type,
     coefficient,
     is_input,
     is_number,
@@ -78,13 +79,17 @@ def _second_moment(
         return None
     if not (call(square, aten.mul.Tensor, 2) and square.args == (grad, grad)):
         return None
+    # A half-precision moment times a float32 number under dynamic=True:
+    # the product rounded back by a cast, replaced with it.
+    rounding: list[torch.fx.Node] = []
+    scaled = rounded_source(scaled, rounding)
     if not call(scaled, aten.mul.Tensor, 2):
         return None
     exp_avg_sq, beta2 = scaled.args
     beta2, w2 = coefficient(beta2), coefficient(w2)
     if not is_input(exp_avg_sq) or beta2 is None or w2 is None:
         return None
-    return exp_avg_sq, beta2, w2, [*nodes, square, scaled]
+    return exp_avg_sq, beta2, w2, [*nodes, square, scaled, *rounding]
 
 
 def _weight(node: object) -> float | None:
@@ -223,7 +228,7 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     if found is None:
         return None
     base, first, denominator, replaced = found
-    base = upcast_source(base, casts)
+    base = rounded_source(upcast_source(base, casts), casts)
     first = upcast_source(first, casts)
     denominator = upcast_source(denominator, casts)
     if is_input(base):
@@ -270,6 +275,8 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
         return None
     exp_avg_sq, beta2, w2, second_nodes = second
     new_second = second_nodes[0]
+    if not casts_of_type([*casts, *second_nodes], param):
+        return None
     replaced += [*lerp_nodes, denominator, quotient, root, *second_nodes, *casts]
     written = [(param, new_param), (exp_avg, first), (exp_avg_sq, new_second)]
     if amsgrad is not None:

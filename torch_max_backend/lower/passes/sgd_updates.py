@@ -32,9 +32,11 @@ import torch
 from .findings import Coefficient, OptimizerUpdate
 from .update_match import (
     call,
+    casts_of_type,
     coefficient,
     is_input,
     kernel_may_run,
+    rounded_source,
     write_back,
     write_backs_of,
 )
@@ -87,13 +89,19 @@ def _buffer_update(
     if not call(node, ADD, 2, "alpha"):
         return None
     scaled, direction = node.args
+    # A half-precision buffer times a float32 number under dynamic=True: the
+    # product rounded back by a cast, replaced with it.
+    rounding: list[torch.fx.Node] = []
+    scaled = rounded_source(scaled, rounding)
     if not (call(scaled, aten.mul.Tensor, 2) and is_input(scaled.args[0])):
         return None
     momentum = coefficient(scaled.args[1])
     damped = _scaled(node, "alpha")
     if momentum is None or damped is None or not isinstance(direction, torch.fx.Node):
         return None
-    return scaled.args[0], direction, [momentum, damped], [node, scaled]
+    if not casts_of_type(rounding, scaled.args[0]):
+        return None
+    return scaled.args[0], direction, [momentum, damped], [node, scaled, *rounding]
 
 
 def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:

@@ -11,6 +11,7 @@ from .findings import Coefficient, OptimizerUpdate
 from .mutations import writes_input
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 # The value types the update kernels take: float32, and the half-precision
 # types, which they compute in float32 and round as the step's ops do.
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -37,16 +38,23 @@ def is_number(value: object) -> bool:
     return type(value) in (int, float)
 
 
+def _cast_dtype(node: object) -> torch.dtype | None:
+    """The type ``node`` casts to, where it casts and does nothing else:
+    ``_to_copy(x, dtype=...)`` (no device or layout change), or
+    ``prims.convert_element_type(x, dtype)`` (a half-precision product with
+    a float32 number under ``dynamic=True``); else None."""
+    if call(node, aten._to_copy.default, 1, "dtype"):
+        return node.kwargs.get("dtype")
+    if call(node, prims.convert_element_type.default, 2):
+        return node.args[1]
+    return None
+
+
 def _float_cast(node: object, source: tuple, result: tuple) -> bool:
-    """Whether ``node`` is ``_to_copy(x, dtype=...)`` from a type in
-    ``source`` to one in ``result``, and nothing else (no device or layout
-    change)."""
-    if not call(node, aten._to_copy.default, 1, "dtype"):
-        return False
-    meta = tensor_meta(node.args[0])
-    return (
-        meta is not None and meta.dtype in source and node.kwargs.get("dtype") in result
-    )
+    """Whether ``node`` casts from a type in ``source`` to one in ``result``."""
+    dtype = _cast_dtype(node)
+    meta = tensor_meta(node.args[0]) if dtype is not None else None
+    return meta is not None and meta.dtype in source and dtype in result
 
 
 def upcast_source(node: object, casts: list[torch.fx.Node]) -> object:
@@ -61,12 +69,33 @@ def upcast_source(node: object, casts: list[torch.fx.Node]) -> object:
 
 def rounded_source(node: object, casts: list[torch.fx.Node]) -> object:
     """The float32 value ``node`` rounds to a half-precision type (such a
-    decomposition's result stored as its operands' type), the cast appended
-    to ``casts``; ``node`` itself where it is no such cast."""
-    if _float_cast(node, (torch.float32,), HALF_DTYPES):
+    decomposition's result stored as its operands' type), or the
+    half-precision value it casts to its own type (a half-precision tensor
+    times a float32 number under ``dynamic=True``), the cast appended to
+    ``casts``; ``node`` itself where it is no such cast."""
+    if _float_cast(node, (torch.float32,), HALF_DTYPES) or any(
+        _float_cast(node, (half,), (half,)) for half in HALF_DTYPES
+    ):
         casts.append(node)
         return node.args[0]
     return node
+
+
+def casts_of_type(nodes: list[torch.fx.Node], value: torch.fx.Node) -> bool:
+    """Whether each cast among ``nodes`` (``upcast_source``'s and
+    ``rounded_source``'s) casts between float32 and ``value``'s own type:
+    the only roundings the kernels make are to the values' type."""
+    meta = tensor_meta(value)
+    for cast in nodes:
+        if _cast_dtype(cast) is None:
+            continue
+        source, result = tensor_meta(cast.args[0]), tensor_meta(cast)
+        if meta is None or source is None or result is None:
+            return False
+        half = source.dtype if result.dtype == torch.float32 else result.dtype
+        if half != meta.dtype:
+            return False
+    return True
 
 
 def scalar_tensor(node: object) -> bool:
