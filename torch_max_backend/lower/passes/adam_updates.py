@@ -46,6 +46,7 @@ from .update_match import (
     kernel_may_run,
     rounded_source,
     scalar_tensor,
+    square_average,
     upcast_source,
     write_backs_of,
 )
@@ -55,41 +56,6 @@ prims = torch.ops.prims
 
 KERNEL = "torch_max_backend_adam_step"
 AMSGRAD_KERNEL = "torch_max_backend_adam_amsgrad_step"
-
-
-def _second_moment(
-    node: object, grad: torch.fx.Node
-) -> tuple[torch.fx.Node, Coefficient, Coefficient, list[torch.fx.Node]] | None:
-    """``(exp_avg_sq, beta2, w2, its nodes)`` of ``grad * grad * w2 +
-    exp_avg_sq * beta2`` as functionalized ``mul_(beta2).addcmul_`` reads
-    (``beta2`` a number, or a graph input's value under ``dynamic=True``),
-    or as the unrolled ``_foreach_addcmul`` computes it (foreach_unroll.py)."""
-    if call(node, aten.copy.default, 2):
-        fma = node.args[1]
-        if not call(fma, prims.fma.default, 3):
-            return None
-        square, w2, scaled = fma.args
-        if node.args[0] is not scaled:
-            return None
-        nodes = [node, fma]
-    elif call(node, aten.add.Tensor, 2) and call(node.args[1], aten.mul.Tensor, 2):
-        scaled, (square, w2) = node.args[0], node.args[1].args
-        nodes = [node, node.args[1]]
-    else:
-        return None
-    if not (call(square, aten.mul.Tensor, 2) and square.args == (grad, grad)):
-        return None
-    # A half-precision moment times a float32 number under dynamic=True:
-    # the product rounded back by a cast, replaced with it.
-    rounding: list[torch.fx.Node] = []
-    scaled = rounded_source(scaled, rounding)
-    if not call(scaled, aten.mul.Tensor, 2):
-        return None
-    exp_avg_sq, beta2 = scaled.args
-    beta2, w2 = coefficient(beta2), coefficient(w2)
-    if not is_input(exp_avg_sq) or beta2 is None or w2 is None:
-        return None
-    return exp_avg_sq, beta2, w2, [*nodes, square, scaled, *rounding]
 
 
 def _weight(node: object) -> float | None:
@@ -270,7 +236,7 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     if amsgrad is not None:
         largest, moment, new_largest, largest_nodes = amsgrad
         replaced += largest_nodes
-    second = _second_moment(moment, grad)
+    second = square_average(moment, grad)
     if second is None:
         return None
     exp_avg_sq, beta2, w2, second_nodes = second

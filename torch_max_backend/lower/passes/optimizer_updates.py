@@ -4,7 +4,7 @@ An optimizer step lowered op by op stores each new value (parameter,
 moments, momentum buffer) in a kernel of its own that reads its inputs
 again; our kernels read each value once and write each once, as PyTorch's
 fused optimizers do. Each pattern lives in a module of its own
-(adam_updates.py, sgd_updates.py); the walk runs the kernel at the update's
+(adam_updates.py, sgd_updates.py, rmsprop_updates.py); the walk runs the kernel at the update's
 last write-back (builder/optimizer_store.py), and mutations buffers the
 inputs it writes outside its budget.
 """
@@ -17,9 +17,10 @@ import torch
 
 from .adam_updates import match_adam
 from .findings import GraphFindings, OptimizerUpdate, frozen_map
+from .rmsprop_updates import match_rmsprop
 from .sgd_updates import match_sgd
 
-MATCHERS = (match_adam, match_sgd)
+MATCHERS = (match_adam, match_sgd, match_rmsprop)
 
 
 def find_optimizer_updates(

@@ -34,9 +34,11 @@ from .update_match import (
     call,
     casts_of_type,
     coefficient,
+    direction_of,
     is_input,
     kernel_may_run,
     rounded_source,
+    scaled_by,
     write_back,
     write_backs_of,
 )
@@ -47,38 +49,6 @@ ADD = aten.add.Tensor
 KERNEL = "torch_max_backend_sgd_step"
 # Multi-tensor nesterov's: also stores the step's direction into the gradient.
 DIRECTION_KERNEL = "torch_max_backend_sgd_direction_step"
-
-
-def _scaled(node: torch.fx.Node, key: str) -> Coefficient | None:
-    """The number ``node`` scales its argument ``key`` by: its keyword (a
-    number, or a symbolic float under ``dynamic=True``), 1 when absent,
-    None when neither."""
-    if key not in node.kwargs:
-        return 1.0
-    return coefficient(node.kwargs[key])
-
-
-def _direction(
-    node: object, param: torch.fx.Node
-) -> tuple[torch.fx.Node, Coefficient, bool, list] | None:
-    """``(grad, weight_decay, maximize, its nodes)`` of the direction the
-    update follows: the gradient input or its negation (maximize), plus
-    ``wd * param`` with weight decay."""
-    decay: Coefficient | None = 0.0
-    nodes = []
-    if call(node, ADD, 2, "alpha"):
-        if node.args[1] is not param:
-            return None  # the decay term must be this parameter's
-        decay = _scaled(node, "alpha")
-        nodes.append(node)
-        node = node.args[0]
-    maximize = call(node, aten.neg.default, 1)
-    if maximize:
-        nodes.append(node)
-        node = node.args[0]
-    if decay is None or not is_input(node):
-        return None
-    return node, decay, maximize, nodes
 
 
 def _buffer_update(
@@ -96,7 +66,7 @@ def _buffer_update(
     if not (call(scaled, aten.mul.Tensor, 2) and is_input(scaled.args[0])):
         return None
     momentum = coefficient(scaled.args[1])
-    damped = _scaled(node, "alpha")
+    damped = scaled_by(node, "alpha")
     if momentum is None or damped is None or not isinstance(direction, torch.fx.Node):
         return None
     if not casts_of_type(rounding, scaled.args[0]):
@@ -110,14 +80,14 @@ def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     if not (call(new_param, ADD, 2, "alpha") and is_input(new_param.args[0])):
         return None
     param, step = new_param.args
-    rate = _scaled(new_param, "alpha")
+    rate = scaled_by(new_param, "alpha")
     found = _buffer_update(step)
     # Plain momentum: the step is the new buffer; nesterov: d + momentum * buf'.
     nesterov: list[Coefficient] = [0.0, 1.0]
     nodes = [new_param]
     if found is None and call(step, ADD, 2, "alpha"):
         found = _buffer_update(step.args[1])
-        pull = _scaled(step, "alpha")
+        pull = scaled_by(step, "alpha")
         if found is None or found[1] is not step.args[0] or pull is None:
             return None
         nesterov = [1.0, pull]
@@ -126,7 +96,7 @@ def match_sgd(new_param: torch.fx.Node) -> OptimizerUpdate | None:
         return None
     buf, d, momentum, buffer_nodes = found
     new_buf = buffer_nodes[0]
-    direction = _direction(d, param)
+    direction = direction_of(d, param)
     if direction is None:
         return None
     grad, decay, maximize, direction_nodes = direction

@@ -1,6 +1,8 @@
 """What the optimizer-update patterns share (passes/adam_updates.py,
-passes/sgd_updates.py): node tests, AOTAutograd's write-backs, and the
-conditions under which an update may run as one in-place kernel."""
+passes/sgd_updates.py, passes/rmsprop_updates.py): node tests, the casts
+of half-precision values, the gradient's direction and the square average
+they have in common, AOTAutograd's write-backs, and the conditions under
+which an update may run as one in-place kernel."""
 
 from __future__ import annotations
 
@@ -118,6 +120,74 @@ def coefficient(value: object) -> Coefficient | None:
     ):
         return value
     return None
+
+
+def scaled_by(node: torch.fx.Node, key: str) -> Coefficient | None:
+    """The number ``node`` scales its argument ``key`` by: its keyword (a
+    number, or a symbolic float under ``dynamic=True``), 1 when absent,
+    None when neither."""
+    if key not in node.kwargs:
+        return 1.0
+    return coefficient(node.kwargs[key])
+
+
+def direction_of(
+    node: object, param: torch.fx.Node
+) -> tuple[torch.fx.Node, Coefficient, bool, list] | None:
+    """``(grad, weight_decay, maximize, its nodes)`` of the direction the
+    update follows: the gradient input or its negation (maximize), plus
+    ``wd * param`` with weight decay."""
+    decay: Coefficient | None = 0.0
+    nodes = []
+    if call(node, aten.add.Tensor, 2, "alpha"):
+        if node.args[1] is not param:
+            return None  # the decay term must be this parameter's
+        decay = scaled_by(node, "alpha")
+        nodes.append(node)
+        node = node.args[0]
+    maximize = call(node, aten.neg.default, 1)
+    if maximize:
+        nodes.append(node)
+        node = node.args[0]
+    if decay is None or not is_input(node):
+        return None
+    return node, decay, maximize, nodes
+
+
+def square_average(
+    node: object, grad: torch.fx.Node
+) -> tuple[torch.fx.Node, Coefficient, Coefficient, list[torch.fx.Node]] | None:
+    """``(square_avg, beta, w, its nodes)`` of ``grad * grad * w +
+    square_avg * beta`` (Adam's second moment, RMSprop's square average) as
+    functionalized ``mul_(beta).addcmul_`` reads (``beta`` a number, or a
+    graph input's value under ``dynamic=True``), or as the unrolled
+    ``_foreach_addcmul`` computes it (foreach_unroll.py)."""
+    if call(node, aten.copy.default, 2):
+        fma = node.args[1]
+        if not call(fma, prims.fma.default, 3):
+            return None
+        square, w, scaled = fma.args
+        if node.args[0] is not scaled:
+            return None
+        nodes = [node, fma]
+    elif call(node, aten.add.Tensor, 2) and call(node.args[1], aten.mul.Tensor, 2):
+        scaled, (square, w) = node.args[0], node.args[1].args
+        nodes = [node, node.args[1]]
+    else:
+        return None
+    if not (call(square, aten.mul.Tensor, 2) and square.args == (grad, grad)):
+        return None
+    # A half-precision average times a float32 number under dynamic=True:
+    # the product rounded back by a cast, replaced with it.
+    rounding: list[torch.fx.Node] = []
+    scaled = rounded_source(scaled, rounding)
+    if not call(scaled, aten.mul.Tensor, 2):
+        return None
+    square_avg, beta = scaled.args
+    beta, w = coefficient(beta), coefficient(w)
+    if not is_input(square_avg) or beta is None or w is None:
+        return None
+    return square_avg, beta, w, [*nodes, square, scaled, *rounding]
 
 
 def write_back(target: torch.fx.Node, value: torch.fx.Node) -> torch.fx.Node | None:
