@@ -67,10 +67,10 @@ def match_rmsprop(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     if found is None:
         return None
     param, quotient, rate, nodes = found
-    rate = coefficient(rate)
-    if not is_input(param) or rate is None:
+    if not (is_input(param) and call(quotient, aten.div.Tensor, 2)):
         return None
-    if not call(quotient, aten.div.Tensor, 2):
+    rate = coefficient(rate)
+    if rate is None:
         return None
     d, average = quotient.args
     # Under dynamic=True eps is a float32 tensor: the sum cast back to the

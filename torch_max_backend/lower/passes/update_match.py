@@ -101,9 +101,12 @@ def casts_of_type(nodes: list[torch.fx.Node], value: torch.fx.Node) -> bool:
 
 
 def scalar_tensor(node: object) -> bool:
-    """Whether ``node`` is a one-element float32 tensor."""
+    """Whether ``node`` is a one-element float32 tensor (of static size: the
+    patterns look at every graph's nodes, symbolic sizes included)."""
     meta = tensor_meta(node)
-    return meta is not None and meta.numel() == 1 and meta.dtype == torch.float32
+    if meta is None or meta.dtype != torch.float32 or not is_static(meta.shape):
+        return False
+    return meta.numel() == 1
 
 
 def coefficient(value: object) -> Coefficient | None:
