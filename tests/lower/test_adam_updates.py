@@ -26,8 +26,9 @@ KERNEL = "torch_max_backend_adam_step"
 AMSGRAD_KERNEL = "torch_max_backend_adam_amsgrad_step"
 COUNT = "torch_max_backend_adam_count"
 SHAPES = [(40, 37), (5,), (3, 4, 6)]
-# Whole vectors of half-precision values on any CPU (64 of them).
-HALF_SHAPES = [(8, 64), (64,), (2, 2, 64)]
+# Whole vectors of values on any CPU (64 of them): eager's scalar loop over
+# a vector's remainder rounds otherwise than its vector loop.
+VECTOR_SHAPES = [(8, 64), (64,), (2, 2, 64)]
 
 
 def _channels_last(p: torch.nn.Parameter) -> torch.nn.Parameter:
@@ -245,6 +246,21 @@ def test_maximize_is_the_kernels(foreach, graph_texts):
     assert "mo.mutable.store" not in text
 
 
+def test_the_moments_are_eagers_bit_for_bit(graph_texts):
+    """The kernel computes each moment in the order of eager's kernels (its
+    lerp, then its addcmul as one fused multiply-add of ``w2 * grad`` and
+    ``grad``): both moments equal eager's bit for bit. (The parameters do
+    not: eager's for-loop step computes its bias corrections in double
+    precision.)"""
+    optimizer, reference = _steps_match_eager("adamw", VECTOR_SHAPES)
+    compiled = optimizer.param_groups[0]["params"]
+    for p, q in zip(compiled, reference.param_groups[0]["params"], strict=True):
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(optimizer.state[p][key], reference.state[q][key])
+    (text,) = graph_texts()
+    assert text.count(f'"{KERNEL}"') == len(VECTOR_SHAPES)
+
+
 @pytest.mark.parametrize(
     ("kind", "dtype", "options"),
     [
@@ -277,7 +293,7 @@ def test_half_precision_values_are_the_kernels(kind, dtype, options, graph_texts
     rtol = {torch.bfloat16: 1.6e-2, torch.float16: 1e-3}[dtype]
     close = {"rtol": rtol, "atol": 0.02 * 1e-2}
     optimizer, reference = _steps_match_eager(
-        kind, HALF_SHAPES, dtype=dtype, param_close=close, **options
+        kind, VECTOR_SHAPES, dtype=dtype, param_close=close, **options
     )
     if not (options.get("foreach") or (kind == "adam" and options.get("weight_decay"))):
         # Not where a moment reads the parameter (Adam's own weight decay),
@@ -290,7 +306,7 @@ def test_half_precision_values_are_the_kernels(kind, dtype, options, graph_texts
                     assert torch.equal(optimizer.state[p][key], reference.state[q][key])
     (text,) = graph_texts()
     kernel = AMSGRAD_KERNEL if options.get("amsgrad") else KERNEL
-    assert text.count(f'"{kernel}"') == len(HALF_SHAPES)
+    assert text.count(f'"{kernel}"') == len(VECTOR_SHAPES)
     assert "mo.mutable.store" not in text
 
 

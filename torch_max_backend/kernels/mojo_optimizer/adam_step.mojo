@@ -40,7 +40,6 @@ def _adam_updates[
     in float32; half-precision values are rounded to their type wherever
     torch's single-tensor step rounds them (see AdamStep)."""
     comptime width = simd_width_of[DType.float32]()
-    comptime half = dtype != DType.float32
     var decay = c.unsafe_offset(0).unsafe_load()
     var w1 = c.unsafe_offset(1).unsafe_load()
     var beta2 = c.unsafe_offset(2).unsafe_load()
@@ -71,13 +70,8 @@ def _adam_updates[
         else:
             m_new = gv - diff * (1 - w1)
         m_new = rounded[dtype](m_new)
-        var v_new: SIMD[DType.float32, w]
-        comptime if half:
-            # As eager's addcmul on half-precision values: (w2 * g) * g in
-            # float32, added to the rounded product, rounded once.
-            v_new = rounded[dtype](rounded[dtype](vv * beta2) + (gv * w2) * gv)
-        else:
-            v_new = (gv * gv) * w2 + vv * beta2
+        # addcmul as eager's kernel: fma(value * t1, t2, self), rounded once.
+        var v_new = rounded[dtype]((gv * w2).fma(gv, rounded[dtype](vv * beta2)))
         var v_used = v_new
         comptime if amsgrad:
             var vm = load_wide[w](v_max, i)
@@ -119,7 +113,7 @@ struct AdamStep:
     [decay, w1, beta2, w2, a, b]:
 
         exp_avg    = lerp(exp_avg, grad, w1)
-        exp_avg_sq = (grad * grad) * w2 + exp_avg_sq * beta2
+        exp_avg_sq = fma(w2 * grad, grad, exp_avg_sq * beta2)
         param      = param * decay + exp_avg / (sqrt(exp_avg_sq) / a + b)
 
     `a` and `b` carry the step's bias corrections and learning rate, so
