@@ -36,11 +36,12 @@ import dataclasses
 import torch
 
 from .adam_counts import counted
-from .findings import Coefficient, OptimizerUpdate
+from .findings import OptimizerUpdate
 from .update_match import (
     call,
     casts_of_type,
     coefficient,
+    direction_of,
     is_input,
     is_number,
     kernel_may_run,
@@ -153,17 +154,6 @@ def _addcdiv(node: object) -> tuple[object, object, object, list] | None:
     return base, numerator, denominator, nodes
 
 
-def _coupled_decay(
-    grad: object, param: torch.fx.Node
-) -> tuple[torch.fx.Node, Coefficient] | None:
-    """``(gradient, wd)`` of Adam's own weight decay, ``gradient + wd *
-    param`` (``grad.add(param, alpha=wd)``), else None."""
-    if not (call(grad, aten.add.Tensor, 2, "alpha") and grad.args[1] is param):
-        return None
-    wd = coefficient(grad.kwargs.get("alpha", 1))
-    return (grad.args[0], wd) if wd is not None else None
-
-
 def _largest_second_moment(
     node: object,
 ) -> tuple[torch.fx.Node, object, torch.fx.Node, list[torch.fx.Node]] | None:
@@ -212,17 +202,18 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
     start, end, w1, lerp_nodes = lerp
     exp_avg = upcast_source(start, casts)
     grad = upcast_source(end, casts)
-    gradient = grad  # the kernel's: the input, before any decay or negation
-    coupled = _coupled_decay(grad, param) if decay == 1.0 else None
-    if coupled is not None:
-        gradient, decay = coupled
-        replaced.append(grad)
-    maximize = call(gradient, aten.neg.default, 1)
-    if maximize:
-        replaced.append(gradient)
-        gradient = gradient.args[0]
-    if not (is_input(exp_avg) and is_input(gradient)):
+    # The kernel's gradient: the input, before Adam's own weight decay
+    # (``grad.add(param, alpha=wd)``) and maximize's negation.
+    direction = direction_of(grad, param)
+    if direction is None or not is_input(exp_avg):
         return None
+    gradient, wd, maximize, direction_nodes = direction
+    coupled = call(grad, aten.add.Tensor, 2, "alpha")
+    if coupled:
+        if decay != 1.0:
+            return None  # AdamW's decay too: not the kernel's
+        decay = wd
+    replaced += direction_nodes
     if not call(denominator, aten.add.Tensor, 2):
         return None
     quotient, b = denominator.args
@@ -258,7 +249,7 @@ def match_adam(new_param: torch.fx.Node) -> OptimizerUpdate | None:
         write_backs=write_backs,
         replaced=frozenset(replaced),
         kernel_parameters=(
-            ("coupled_decay", coupled is not None),
+            ("coupled_decay", coupled),
             ("maximize", maximize),
         ),
     )
