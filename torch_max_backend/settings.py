@@ -44,6 +44,7 @@ PRODUCT_STRATEGIES = (
     "tiled",
     "streamed",
     "vendor_packed",
+    "paired",
 )
 # How a convolution is built (lower/conv_choice.py): our tiled kernel or MAX's
 # conv2d timed per machine and shape, the fixed rules, or one strategy
@@ -123,7 +124,8 @@ class Settings:
             the vendor BLAS) and keeps the fastest in the storage cache;
             ``"rule"`` takes fixed rules without timing; a strategy's name
             (``"matmul"``, ``"skinny"``, ``"streamed"``, ``"row_sums"``,
-            ``"vendor"``, ``"tiled"``, ``"vendor_packed"``)
+            ``"vendor"``, ``"tiled"``, ``"vendor_packed"``, ``"paired"``:
+            bfloat16 on the CPU's bfloat16 pair dot products, AVX512-BF16)
             builds every product it fits that way
             (lower/product_choice.py). Process-wide: the latest compile's
             value applies.

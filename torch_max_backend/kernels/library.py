@@ -236,6 +236,9 @@ SHIPPED = MojoLibrary("torch_max_backend_kernels", Path(__file__).parent / "mojo
 # The register-tiled product kernel: a library of its own, so that only graphs
 # with such a product carry it, and editing it rebuilds no other graph.
 TILED = MojoLibrary("torch_max_backend_tiled", Path(__file__).parent / "mojo_tiled")
+# bfloat16 products on the CPU's bfloat16 pair dot products: likewise a
+# library of its own.
+PAIRED = MojoLibrary("torch_max_backend_paired", Path(__file__).parent / "mojo_paired")
 # The register-tiled convolution kernel: likewise a library of its own.
 CONV = MojoLibrary("torch_max_backend_conv", Path(__file__).parent / "mojo_conv")
 # The few-rows product kernel that prefetches the weight it reads next:

@@ -15,6 +15,8 @@ them (lower/product_kernels.py):
 - ``tiled``: our register-tiled kernel (kernels/mojo_tiled/tiled_matmul.mojo);
 - ``streamed``: our few-rows kernel that prefetches the weight it reads
   next (kernels/mojo_streamed/streamed_matmul.mojo);
+- ``paired``: our bfloat16 kernel on the CPU's bfloat16 pair dot products
+  (kernels/mojo_paired/paired_matmul.mojo);
 - ``vendor_packed``: the vendor BLAS over the weight packed beforehand
   (weight_packing.py; frozen weights), never timed streamed;
 - ``summed``: x and W multiplied elementwise and summed over K, in float32
@@ -52,7 +54,8 @@ from max.graph import DeviceRef, Graph, Module, TensorType, TensorValue, ops
 from ..dtypes import dtype_name, to_max_dtype
 from ..settings import PRODUCT_STRATEGIES
 from ..storage.product_choices import last_level_cache_bytes
-from .library import SHIPPED, STREAMED, TILED, MojoLibrary, custom
+from .library import PAIRED, SHIPPED, STREAMED, TILED, MojoLibrary, custom
+from .pair_dot import KERNEL as PAIRED_KERNEL
 from .timing_graphs import Build, load_timing_graphs
 from .vendor_blas import VENDOR_KERNELS, no_bias, vendor_blas
 from .weight_packing import PackSpec, pack_weight, parts_for
@@ -148,6 +151,8 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
         return _custom(SHIPPED, "torch_max_backend_skinny_matmul", rows=0)
     if form == "tiled":
         return _custom(TILED, "torch_max_backend_tiled_matmul", x_km=False)
+    if form == "paired":
+        return _custom(PAIRED, PAIRED_KERNEL, biased=True)
     if form == "streamed":
         return _custom(STREAMED, "torch_max_backend_streamed_matmul", rows=0)
     if form == "vendor":

@@ -12,8 +12,16 @@ import torch
 from max.graph import TensorType, TensorValue, ops
 
 from ..dtypes import dtype_name
-from ..kernels import vendor_blas
-from ..kernels.library import SHIPPED, STREAMED, TILED, MojoLibrary, Parameter, custom
+from ..kernels import pair_dot, vendor_blas
+from ..kernels.library import (
+    PAIRED,
+    SHIPPED,
+    STREAMED,
+    TILED,
+    MojoLibrary,
+    Parameter,
+    custom,
+)
 from .context import current
 from .kit import arg_tensor, fake_tensor, is_static, node_arg, same_sizes, size_hint
 from .product_choice import ProductShape
@@ -270,6 +278,30 @@ def vendor_product(
         more=[bias],
         library=found.path,
     )
+
+
+def paired_fits(node: torch.fx.Node) -> str | None:
+    """bfloat16 rows times a 2-d bfloat16 weight with static sizes on a CPU with bfloat16 pair dot products (AVX512-BF16; our paired Mojo kernel); chosen by measurement or by product_strategy, never by rule."""
+    rows, weight_node = _operands(node)
+    unfit = _cpu_float32_static(rows, fake_tensor(weight_node), torch.bfloat16)
+    if unfit is not None:
+        return unfit
+    if not pair_dot.has_pair_dot():
+        return "no bfloat16 pair dot product (AVX512-BF16) on this CPU"
+    return None
+
+
+def paired_product(
+    rows: TensorValue, mat2: TensorValue, bias: TensorValue | None = None
+) -> TensorValue:
+    """``rows @ mat2 (+ bias)`` of bfloat16 operands on the CPU's bfloat16
+    pair dot products (kernels/mojo_paired), summed in float32 with the bias
+    (N values) and rounded once, as PyTorch's addmm does. Rows that are a
+    stored matrix read transposed (a weight gradient's dY^T) reach the
+    kernel as that view, which it copies itself."""
+    if bias is None:
+        bias = vendor_blas.no_bias(rows.dtype, rows.device)
+    return _kernel_product(PAIRED, pair_dot.KERNEL, rows, mat2, more=[bias])
 
 
 def row_times_stored_rows(row: TensorValue, mat2: TensorValue) -> TensorValue:

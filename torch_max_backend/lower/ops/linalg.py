@@ -21,6 +21,8 @@ from ..product_kernels import (
     few_rows_times_large_weight,
     few_rows_times_weight,
     one_row_times_stored_rows,
+    paired_fits,
+    paired_product,
     product_shape,
     reads_stored_rows,
     row_times_stored_rows,
@@ -84,6 +86,11 @@ def _mm_by_packed_weight(self: TensorValue, mat2: TensorValue) -> TensorValue:
     return packed_product(self, mat2)
 
 
+def _mm_by_pair_dots(self: TensorValue, mat2: TensorValue) -> TensorValue:
+    """mm(Tensor self, Tensor mat2) -> Tensor"""
+    return paired_product(self, mat2)
+
+
 def _mm_by_tiled_kernel(self: TensorValue, mat2: TensorValue) -> TensorValue:
     """mm(Tensor self, Tensor mat2) -> Tensor"""
     return tiled_product(self, mat2)
@@ -103,6 +110,7 @@ mm = lowering_strategies(
         Strategy("vendor", _mm_by_vendor, vendor_fits),
         Strategy(PACKED, _mm_by_packed_weight, packed_fits),
         Strategy("tiled", _mm_by_tiled_kernel, tiled_fits),
+        Strategy("paired", _mm_by_pair_dots, paired_fits),
     ],
     choose=_choose,
 )
@@ -201,6 +209,7 @@ addmm = lowering_strategies(
         Strategy("vendor", _addmm_by(vendor_product, adds_bias=True), vendor_fits),
         Strategy(PACKED, _addmm_by(packed_product, adds_bias=True), packed_fits),
         Strategy("tiled", _addmm_by(tiled_product), tiled_fits),
+        Strategy("paired", _addmm_by(paired_product, adds_bias=True), paired_fits),
     ],
     choose=_choose,
 )
