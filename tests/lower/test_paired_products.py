@@ -26,16 +26,23 @@ needs_pair_dot = pytest.mark.skipif(
 
 
 def _products(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Every layout at two sizes: odd K (13 rows, K 37, N 70: tiles of 6,
-    a panel of 64 and 6 more columns) and even K wide enough for whole
-    16 x 16 blocks of a Linear's weight (K 96, N 150)."""
-    return (*layout_products(*inputs[:8]), *layout_products(*inputs[8:]))
+    """Every layout at three sizes: odd K (13 rows, K 37, N 70: tiles of 6,
+    a panel of 64 and 6 more columns); even K wide enough for whole 16 x 16
+    blocks of a Linear's weight (K 96, N 150); and 5 rows, few enough for
+    the rows-by-rows path through a Linear's weight, with a K of a step of
+    32 and 8 more (K 40, N 24)."""
+    return tuple(
+        out
+        for first in (0, 8, 16)
+        for out in layout_products(*inputs[first : first + 8])
+    )
 
 
 def _inputs() -> tuple[torch.Tensor, ...]:
-    odd = layout_inputs(rows=13, k=37, n=70)
-    even = layout_inputs(rows=13, k=96, n=150)
-    return tuple(t.bfloat16() for t in (*odd, *even))
+    sizes = [(13, 37, 70), (13, 96, 150), (5, 40, 24)]
+    return tuple(
+        t.bfloat16() for rows, k, n in sizes for t in layout_inputs(rows, k, n)
+    )
 
 
 def _assert_close_to_eager(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -60,12 +67,12 @@ def test_the_paired_kernel_matches_eager_in_every_layout(
     assert max_calls.count == 1
     (text,) = graph_texts()
     # Every product in our kernel, the empty sums too (it writes the zeros).
-    assert text.count(KERNEL) == 10
+    assert text.count(KERNEL) == 15
     assert "mo.matmul" not in text
     report = explain(_products, *inputs, options={"product_strategy": "paired"})
     strategies = [op.strategies for op in report.graphs[0].ops if op.strategies]
-    # Two addmm (the Linears with a bias) and eight mm.
-    assert sorted(strategies, key=len) == [{"paired": 2}, {"paired": 8}]
+    # Three addmm (the Linears with a bias) and twelve mm.
+    assert sorted(strategies, key=len) == [{"paired": 3}, {"paired": 12}]
 
 
 @needs_pair_dot

@@ -19,49 +19,17 @@ from max.gpu.host import DeviceContext
 from std.math import ceildiv
 from std.memory import bitcast, stack_allocation
 from std.memory.alloc import unsafe_alloc
-from std.sys import CompilationTarget, llvm_intrinsic
 from std.sys.info import num_physical_cores
+
+from .pairs import LANES as _LANES
+from .pairs import F32x16, pair_dot, rounded
+from .row_dots import FEW_ROWS, few_rows
 
 # A tile: 6 rows of 4 vectors of 16 float32 sums (24 of the 32 registers,
 # with the 4 panel vectors loaded each step and a broadcast pair).
 comptime _ROWS = 6
-comptime _LANES = 16
 comptime _VECTORS = 4
 comptime _COLS = _VECTORS * _LANES
-
-comptime F32x16 = SIMD[DType.float32, _LANES]
-comptime Pairs = SIMD[DType.bfloat16, 2 * _LANES]
-
-
-@always_inline
-def _has_pair_dot() -> Bool:
-    return CompilationTarget._has_feature["avx512bf16"]()
-
-
-@always_inline
-def _pair_dot(acc: F32x16, a: Pairs, b: Pairs) -> F32x16:
-    """`acc[i] + a[2i] * b[2i] + a[2i + 1] * b[2i + 1]` for each lane."""
-    comptime if _has_pair_dot():
-        return llvm_intrinsic["llvm.x86.avx512bf16.dpbf16ps.512", F32x16](acc, a, b)
-    else:
-        # Only for machines without the instruction, where the lowering does
-        # not offer this kernel (lower/product_kernels.py); it still compiles.
-        var a2 = a.deinterleave()
-        var b2 = b.deinterleave()
-        var inner = a2[1].cast[DType.float32]().fma(b2[1].cast[DType.float32](), acc)
-        return a2[0].cast[DType.float32]().fma(b2[0].cast[DType.float32](), inner)
-
-
-@always_inline
-def _rounded[width: Int](v: SIMD[DType.float32, width]) -> SIMD[DType.bfloat16, width]:
-    # To nearest, ties to even, on the bits (as kernels/mojo_rounding, a
-    # package this one cannot import); a NaN stays a quiet NaN.
-    var bits = bitcast[DType.uint32, width](v)
-    var nearest = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    var quiet = (bits >> 16) | 0x40
-    var nan = (bits & 0x7FFFFFFF).gt(SIMD[DType.uint32, width](0x7F800000))
-    return bitcast[DType.bfloat16, width](nan.select(quiet, nearest).cast[DType.uint16]())
-
 
 @extensibility.register("torch_max_backend_paired_matmul")
 struct PairedMatmul:
@@ -232,6 +200,12 @@ def _product(
 
         parallelize(copy, copy_tasks)
         x = rebind[UnsafePointer[BFloat16, ImmutAnyOrigin]](copied)
+    if m_len <= FEW_ROWS and w_k == 1 and k_len % 2 == 0:
+        # A few rows times a Linear's weight: its rows are read where they
+        # lie, once, with no panel to pack for so few output rows.
+        few_rows(result, x, x_row, w, w_n, bias, has_bias, m_len, n_len, k_len)
+        copied.unsafe_free()
+        return
     var panels = ceildiv(n_len, _COLS)
     var blocks = ceildiv(m_len, _ROWS)
     # Work items: panels, each split into row parts when there are fewer
@@ -298,7 +272,7 @@ def _tile(
             comptime for v in range(_VECTORS):
                 var a = acc.unsafe_offset((i * _VECTORS + v) * _LANES)
                 a.unsafe_store(
-                    _pair_dot(
+                    pair_dot(
                         a.unsafe_load[width=_LANES](),
                         xv,
                         wk.unsafe_offset(v * 2 * _LANES).unsafe_load[width=2 * _LANES](),
@@ -314,11 +288,11 @@ def _tile(
                 if first + _LANES <= valid:
                     if has_bias:
                         sums += bias.unsafe_offset(n0 + first).unsafe_load[width=_LANES]().cast[DType.float32]()
-                    dst.unsafe_offset(first).unsafe_store(_rounded[_LANES](sums))
+                    dst.unsafe_offset(first).unsafe_store(rounded[_LANES](sums))
                 else:
                     for lane in range(_LANES):
                         if first + lane < valid:
                             var s = sums[lane]
                             if has_bias:
                                 s += bias.unsafe_offset(n0 + first + lane).unsafe_load().cast[DType.float32]()
-                            dst.unsafe_offset(first + lane).unsafe_store(_rounded[1](SIMD[DType.float32, 1](s)))
+                            dst.unsafe_offset(first + lane).unsafe_store(rounded[1](SIMD[DType.float32, 1](s)))
