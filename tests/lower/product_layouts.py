@@ -50,6 +50,19 @@ def layout_products(
     )
 
 
+def integer_linear(dtype: torch.dtype) -> tuple[torch.nn.Linear, torch.Tensor]:
+    """A Linear (40 to 70) of small integer weights and bias in ``dtype``, and
+    6 integer rows for it: every float32 sum exact, so a product's rounding
+    alone decides its result."""
+    gen = torch.Generator().manual_seed(1)
+    linear = torch.nn.Linear(40, 70).eval()
+    with torch.no_grad():
+        linear.weight.copy_(torch.randint(-40, 41, (70, 40), generator=gen))
+        linear.bias.copy_(torch.randint(-9, 10, (70,), generator=gen))
+    x = torch.randint(-40, 41, (6, 40), generator=gen).to(dtype)
+    return linear.to(dtype), x
+
+
 def check_symbolic_batch(
     max_calls: Any,
     graph_texts: Callable[[], list[str]],

@@ -15,7 +15,7 @@ from torch_max_backend.kernels import pair_dot
 from torch_max_backend.lower.families import register_families
 from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy_for
 
-from .product_layouts import layout_inputs, layout_products
+from .product_layouts import integer_linear, layout_inputs, layout_products
 
 aten = torch.ops.aten
 KERNEL = pair_dot.KERNEL
@@ -82,13 +82,7 @@ def test_sums_and_bias_are_rounded_once_as_torch_rounds(monkeypatch, graph_texts
     gives 258 in bfloat16 where 257 rounded first would give 256); a NaN
     kept."""
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
-    gen = torch.Generator().manual_seed(1)
-    linear = torch.nn.Linear(40, 70).eval()
-    with torch.no_grad():
-        linear.weight.copy_(torch.randint(-40, 41, (70, 40), generator=gen))
-        linear.bias.copy_(torch.randint(-9, 10, (70,), generator=gen))
-    linear = linear.bfloat16()
-    x = torch.randint(-40, 41, (6, 40), generator=gen).bfloat16()
+    linear, x = integer_linear(torch.bfloat16)
     x[2, 3] = float("nan")
     compiled = torch.compile(
         linear, backend=max_backend, options={"product_strategy": "paired"}

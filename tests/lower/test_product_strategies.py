@@ -20,6 +20,7 @@ from torch_max_backend.lower.registry import MAPPING_TORCH_ATEN_TO_MAX, strategy
 
 from .product_layouts import (
     check_symbolic_batch,
+    integer_linear,
     layout_inputs,
     layout_products,
     one_graph_matching_eager,
@@ -113,13 +114,7 @@ def test_a_bias_is_summed_with_the_product_and_rounded_once(
     ):
         pytest.skip(f"no vendor BLAS with {dtype} products here")
     monkeypatch.delenv("TORCH_MAX_BACKEND_PRODUCT_STRATEGY")  # the suite's pin
-    gen = torch.Generator().manual_seed(1)
-    linear = torch.nn.Linear(40, 70).eval()
-    with torch.no_grad():
-        linear.weight.copy_(torch.randint(-40, 41, (70, 40), generator=gen))
-        linear.bias.copy_(torch.randint(-9, 10, (70,), generator=gen))
-    linear = linear.to(dtype)
-    x = torch.randint(-40, 41, (6, 40), generator=gen).to(dtype)
+    linear, x = integer_linear(dtype)
     strategy = "vendor_packed" if frozen else "vendor"
     compiled = torch.compile(
         linear,
