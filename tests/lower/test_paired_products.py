@@ -28,7 +28,8 @@ needs_pair_dot = pytest.mark.skipif(
 def _products(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Every layout at three sizes: odd K (13 rows, K 37, N 70: tiles of 6,
     a panel of 64 and 6 more columns); even K wide enough for whole 16 x 16
-    blocks of a Linear's weight (K 96, N 150); and 5 rows, few enough for
+    blocks of a Linear's weight and of rows read transposed (20 rows, K 96,
+    N 150); and 5 rows, few enough for
     the rows-by-rows path through a Linear's weight, with a K of a step of
     32 and 8 more (K 40, N 24)."""
     return tuple(
@@ -39,7 +40,7 @@ def _products(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def _inputs() -> tuple[torch.Tensor, ...]:
-    sizes = [(13, 37, 70), (13, 96, 150), (5, 40, 24)]
+    sizes = [(13, 37, 70), (20, 96, 150), (5, 40, 24)]
     return tuple(
         t.bfloat16() for rows, k, n in sizes for t in layout_inputs(rows, k, n)
     )
@@ -69,6 +70,8 @@ def test_the_paired_kernel_matches_eager_in_every_layout(
     # Every product in our kernel, the empty sums too (it writes the zeros).
     assert text.count(KERNEL) == 15
     assert "mo.matmul" not in text
+    # The rows read transposed go to the kernel as stored, with no copy.
+    assert text.count("x_km = true") == 3
     report = explain(_products, *inputs, options={"product_strategy": "paired"})
     strategies = [op.strategies for op in report.graphs[0].ops if op.strategies]
     # Three addmm (the Linears with a bias) and twelve mm.
@@ -138,6 +141,7 @@ def test_gradients_through_the_paired_kernel_match_eager(monkeypatch, graph_text
         torch.testing.assert_close(g.float(), w.float(), rtol=8e-3, atol=0.3)
     backward = graph_texts()[-1]
     assert backward.count(KERNEL) == 2 and "mo.matmul" not in backward
+    assert backward.count("x_km = true") == 1  # dY^T as dY is stored
 
 
 @pytest.mark.measured_products

@@ -152,7 +152,7 @@ def _builder(form: str) -> Callable[[TensorValue, TensorValue, bool], TensorValu
     if form == "tiled":
         return _custom(TILED, "torch_max_backend_tiled_matmul", x_km=False)
     if form == "paired":
-        return _custom(PAIRED, PAIRED_KERNEL, biased=True)
+        return _custom(PAIRED, PAIRED_KERNEL, biased=True, x_km=False)
     if form == "streamed":
         return _custom(STREAMED, "torch_max_backend_streamed_matmul", rows=0)
     if form == "vendor":

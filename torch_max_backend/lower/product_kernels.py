@@ -297,11 +297,22 @@ def paired_product(
     """``rows @ mat2 (+ bias)`` of bfloat16 operands on the CPU's bfloat16
     pair dot products (kernels/mojo_paired), summed in float32 with the bias
     (N values) and rounded once, as PyTorch's addmm does. Rows that are a
-    stored matrix read transposed (a weight gradient's dY^T) reach the
-    kernel as that view, which it copies itself."""
+    stored matrix read transposed (a weight gradient's dY^T) go to it as
+    stored (``x_km``), and it turns them into rows of pairs itself, in
+    registers: MAX would otherwise copy them transposed for the call."""
     if bias is None:
         bias = vendor_blas.no_bias(rows.dtype, rows.device)
-    return _kernel_product(PAIRED, pair_dot.KERNEL, rows, mat2, more=[bias])
+    node = current().node
+    x_km = _reads_stored_rows(node.args[_left_index(node)])
+    return _kernel_product(
+        PAIRED,
+        pair_dot.KERNEL,
+        rows,
+        mat2,
+        rows_given=ops.transpose(rows, 0, 1) if x_km else None,
+        more=[bias],
+        x_km=x_km,
+    )
 
 
 def row_times_stored_rows(row: TensorValue, mat2: TensorValue) -> TensorValue:

@@ -22,7 +22,8 @@ from std.memory.alloc import unsafe_alloc
 from std.sys.info import num_physical_cores
 
 from .pairs import LANES as _LANES
-from .pairs import F32x16, pair_dot, rounded
+from .pair_rows import pair_rows
+from .pairs import F32x16, pair_dot, rounded, transpose16
 from .row_dots import FEW_ROWS, few_rows
 
 # A tile: 6 rows of 4 vectors of 16 float32 sums (24 of the 32 registers,
@@ -41,6 +42,7 @@ struct PairedMatmul:
     @staticmethod
     def execute[
         weight_nk: Bool,
+        x_km: Bool,
         target: StaticString,
     ](
         output: OutputTensor[dtype=DType.bfloat16, rank=2, ...],
@@ -50,8 +52,12 @@ struct PairedMatmul:
         ctx: DeviceContext,
     ) raises:
         comptime assert target == "cpu", "torch_max_backend_paired_matmul runs on CPU"
-        var m_len = x.dim_size(0)
-        var k_len = x.dim_size(1)
+        # x's element (m, k): x stored [M, K], or [K, M] when `x_km` is set
+        # (a weight gradient's dY^T handed over as the dY stored).
+        var m_len = x.dim_size(1) if x_km else x.dim_size(0)
+        var k_len = x.dim_size(0) if x_km else x.dim_size(1)
+        var x_m = x.strides()[1] if x_km else x.strides()[0]
+        var x_k = x.strides()[0] if x_km else x.strides()[1]
         var n_len = output.dim_size(1)
         if m_len == 0 or n_len == 0:
             return
@@ -67,8 +73,8 @@ struct PairedMatmul:
         _product(
             output.unsafe_ptr(),
             x.unsafe_ptr(),
-            x.strides()[0],
-            x.strides()[1],
+            x_m,
+            x_k,
             w.unsafe_ptr(),
             w_k,
             w_n,
@@ -121,7 +127,7 @@ def _pack_panel(
                         block.unsafe_offset(r * _LANES).unsafe_store(
                             w.unsafe_offset((n0 + j0 + r) * w_n).bitcast[UInt32]().unsafe_offset(p0).unsafe_load[width=_LANES]()
                         )
-                    _transpose(block)
+                    transpose16(block)
                     comptime for r in range(_LANES):
                         panel32.unsafe_offset((p0 + r) * _COLS + j0).unsafe_store(
                             block.unsafe_offset(r * _LANES).unsafe_load[width=_LANES]()
@@ -142,22 +148,6 @@ def _pack_panel(
                 if j < valid and k < k_len:
                     value = w.unsafe_offset(k * w_k + (n0 + j) * w_n).unsafe_load()
                 panel.unsafe_offset((p * _COLS + j) * 2 + t).unsafe_store(value)
-
-
-@always_inline
-def _transpose(block: UnsafePointer[UInt32, MutUntrackedOrigin]):
-    """The 16 x 16 block turned about its diagonal: four rounds of pairing row
-    i with row i + 8 and interleaving them into rows 2i and 2i + 1."""
-    comptime for _ in range(4):
-        var rows = stack_allocation[_LANES * _LANES, DType.uint32]()
-        comptime for i in range(_LANES // 2):
-            var both = block.unsafe_offset(i * _LANES).unsafe_load[width=_LANES]().interleave(
-                block.unsafe_offset((i + _LANES // 2) * _LANES).unsafe_load[width=_LANES]()
-            )
-            rows.unsafe_offset(2 * i * _LANES).unsafe_store(both.slice[_LANES, offset=0]())
-            rows.unsafe_offset((2 * i + 1) * _LANES).unsafe_store(both.slice[_LANES, offset=_LANES]())
-        comptime for i in range(_LANES):
-            block.unsafe_offset(i * _LANES).unsafe_store(rows.unsafe_offset(i * _LANES).unsafe_load[width=_LANES]())
 
 
 def _product(
@@ -185,20 +175,7 @@ def _product(
     var copied = unsafe_alloc[BFloat16](1 if dense else max(1, m_len * pairs * 2))
     if not dense:
         x_row = pairs * 2
-        var copy_tasks = min(cores, m_len)
-        var rows_per_task = ceildiv(m_len, copy_tasks)
-
-        def copy(task: Int) {var}:
-            var first = task * rows_per_task
-            var last = min(m_len, first + rows_per_task)
-            # Along x's rows as stored (a transposed view's m), k by k.
-            for k in range(pairs * 2):
-                for m in range(first, last):
-                    copied.unsafe_offset(m * x_row + k).unsafe_store(
-                        x_given.unsafe_offset(m * x_m + k * x_k).unsafe_load() if k < k_len else BFloat16(0)
-                    )
-
-        parallelize(copy, copy_tasks)
+        pair_rows(copied, x_given, x_m, x_k, m_len, k_len, x_row)
         x = rebind[UnsafePointer[BFloat16, ImmutAnyOrigin]](copied)
     if m_len <= FEW_ROWS and w_k == 1 and k_len % 2 == 0:
         # A few rows times a Linear's weight: its rows are read where they

@@ -1,7 +1,7 @@
 # What the paired kernels share: the bfloat16 pair dot product (AVX512-BF16's
 # `vdpbf16ps`) and the rounding of float32 sums to bfloat16.
 
-from std.memory import bitcast
+from std.memory import bitcast, stack_allocation
 from std.sys import CompilationTarget, llvm_intrinsic
 
 comptime LANES = 16
@@ -37,3 +37,19 @@ def rounded[width: Int](v: SIMD[DType.float32, width]) -> SIMD[DType.bfloat16, w
     var quiet = (bits >> 16) | 0x40
     var nan = (bits & 0x7FFFFFFF).gt(SIMD[DType.uint32, width](0x7F800000))
     return bitcast[DType.bfloat16, width](nan.select(quiet, nearest).cast[DType.uint16]())
+
+
+@always_inline
+def transpose16(block: UnsafePointer[UInt32, MutUntrackedOrigin]):
+    """The 16 x 16 block turned about its diagonal: four rounds of pairing row
+    i with row i + 8 and interleaving them into rows 2i and 2i + 1."""
+    comptime for _ in range(4):
+        var rows = stack_allocation[LANES * LANES, DType.uint32]()
+        comptime for i in range(LANES // 2):
+            var both = block.unsafe_offset(i * LANES).unsafe_load[width=LANES]().interleave(
+                block.unsafe_offset((i + LANES // 2) * LANES).unsafe_load[width=LANES]()
+            )
+            rows.unsafe_offset(2 * i * LANES).unsafe_store(both.slice[LANES, offset=0]())
+            rows.unsafe_offset((2 * i + 1) * LANES).unsafe_store(both.slice[LANES, offset=LANES]())
+        comptime for i in range(LANES):
+            block.unsafe_offset(i * LANES).unsafe_store(rows.unsafe_offset(i * LANES).unsafe_load[width=LANES]())
