@@ -151,7 +151,7 @@ def test_the_paired_kernel_is_timed_only_where_the_cpu_has_pair_dots(
     """A bfloat16 product is timed with the paired form where the CPU has
     AVX512-BF16; without it the form is not offered (its float32 fallback is
     no faster than MAX's matmul), and a forced product_strategy='paired'
-    builds the rules' product."""
+    builds the rules' product, as an exported graph always does."""
     register_families()
     timed = []
 
@@ -177,6 +177,11 @@ def test_the_paired_kernel_is_timed_only_where_the_cpu_has_pair_dots(
     assert all("paired" not in forms for forms in timed[1:])
     monkeypatch.setattr(product_choice, "_setting", "paired")
     assert strategy_for(lower, node) == "matmul"
+    # An exported package, compiled here, may run on a CPU without them.
+    monkeypatch.setattr(pair_dot, "has_pair_dot", lambda: True)
+    assert strategy_for(lower, node) == "paired"
+    with product_choice.portable_products():
+        assert strategy_for(lower, node) == "matmul"
 
 
 @needs_pair_dot

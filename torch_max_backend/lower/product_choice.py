@@ -74,8 +74,10 @@ PACKED = "vendor_packed"
 # Not a strategy: the timing form of what "matmul" builds up to
 # SUMMED_PRODUCT_LIMIT multiply-adds, a sum.
 SUMMED = "summed"
-# Forms a machine's files (the vendor library) build.
-_VENDOR_FORMS = frozenset({VENDOR, PACKED})
+# Forms tied to this machine, which exported packages never take: the vendor
+# library's files, and the paired kernel's AVX512-BF16 instructions (a package
+# holds its graph compiled here; the AOT runner's CPU may lack them).
+_MACHINE_FORMS = frozenset({VENDOR, PACKED, "paired"})
 # Forms only product_strategy names. Our tiled kernel runs a product alone
 # as fast as MAX's matmul, but MAX fuses the elementwise work before and
 # after its own matmul into it and not into a custom kernel, so a training
@@ -226,7 +228,7 @@ def choose_by_measurement(
 
     def choose(node: torch.fx.Node, fitting: Sequence[Strategy]) -> Strategy:
         if _portable.get():
-            fitting = [s for s in fitting if s.name not in _VENDOR_FORMS] or list(
+            fitting = [s for s in fitting if s.name not in _MACHINE_FORMS] or list(
                 fitting
             )
         by_name = {s.name: s for s in fitting}
