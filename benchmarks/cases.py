@@ -34,6 +34,10 @@ CASES: dict[str, str] = {
     "resnet18-train": "ResNet-18 training step (AdamW), 2x3x112x112",
 }
 
+# The types a case's model and floating inputs may run in (--dtype): float32,
+# the tables' own, or bfloat16, whose products take other forms on the CPU.
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
 
 def _compile(fn: Callable[..., Any], backend: str) -> Callable[..., Any]:
     if backend == "eager":
@@ -86,6 +90,11 @@ def _timed_call(call: Callable[[], Any], device: str) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
+def _in_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A floating input in ``dtype``; ids and labels as they are."""
+    return x.to(dtype) if x.is_floating_point() else x
+
+
 def _inference(
     name: str,
     backend: str,
@@ -93,10 +102,12 @@ def _inference(
     max_seconds: float,
     first_call_only: bool,
     device: str = "cpu",
+    *,
+    dtype: torch.dtype = torch.float32,
 ) -> dict[str, Any]:
     model, inputs = zoo.build(name)
-    model = model.to(device)
-    inputs = tuple(x.to(device) for x in inputs)
+    model = model.to(device=device, dtype=dtype)
+    inputs = tuple(_in_type(x, dtype).to(device) for x in inputs)
     with torch.no_grad():
         expected = model(*inputs)
         fn = _compile(model, backend)
@@ -107,7 +118,7 @@ def _inference(
         figures["latencies_s"] = _latencies(
             lambda: fn(*inputs), runs, max_seconds, device
         )
-    figures["max_abs_error"] = float((out - expected).abs().max())
+    figures["max_abs_error"] = float((out.float() - expected.float()).abs().max())
     figures["batch"] = int(inputs[0].shape[0])
     return figures
 
@@ -222,12 +233,20 @@ def _training(
     first_call_only: bool,
     device: str = "cpu",
     traced_backward: bool = False,
+    dtype: torch.dtype = torch.float32,
 ) -> dict[str, Any]:
     # Dynamo reads the flag while it traces: at the first calls, and at any
     # later trace (a recompile), so it holds for the whole measurement.
     with torch._dynamo.config.patch(trace_autograd_ops=traced_backward):
         return _training_steps(
-            case, backend, runs, max_seconds, first_call_only, device, traced_backward
+            case,
+            backend,
+            runs,
+            max_seconds,
+            first_call_only,
+            device,
+            traced_backward,
+            dtype,
         )
 
 
@@ -239,10 +258,13 @@ def _training_steps(
     first_call_only: bool,
     device: str,
     traced_backward: bool,
+    dtype: torch.dtype,
 ) -> dict[str, Any]:
     model, x, y, stepper = _training_case(case)
-    # On the device before the stepper makes the optimizer's state there.
-    model, x, y = model.to(device), x.to(device), y.to(device)
+    # On the device (and in the type) before the stepper makes the
+    # optimizer's state there.
+    model = model.to(device=device, dtype=dtype)
+    x, y = _in_type(x, dtype).to(device), y.to(device)
     model.train()
     reference = copy.deepcopy(model)
 
@@ -264,7 +286,7 @@ def _training_steps(
     for _ in range(3):
         eager_step()
     figures["max_abs_error"] = max(
-        float((a - b).abs().max())
+        float((a.float() - b.float()).abs().max())
         for a, b in zip(model.parameters(), reference.parameters(), strict=True)
     )
     figures["latencies_s"] = _latencies(fn, runs, max_seconds, device)
@@ -281,12 +303,17 @@ def measure(
     first_call_only: bool = False,
     device: str = "cpu",
     traced_backward: bool = False,
+    dtype: str = "float32",
 ) -> dict[str, Any]:
     """Every figure of one case on one backend, as measured in this process,
     its model, inputs and optimizer state on ``device``; a training case's
-    backward traced into its forward's graph with ``traced_backward``."""
+    backward traced into its forward's graph with ``traced_backward``; the
+    model's parameters and floating inputs in ``dtype`` (float32 or
+    bfloat16)."""
     if case not in CASES:
         raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
+    if dtype not in DTYPES:
+        raise SystemExit(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     torch.manual_seed(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -299,12 +326,21 @@ def measure(
                 first_call_only,
                 device,
                 traced_backward,
+                DTYPES[dtype],
             )
         else:
             figures = _inference(
-                case, backend, runs, max_seconds, first_call_only, device
+                case,
+                backend,
+                runs,
+                max_seconds,
+                first_call_only,
+                device,
+                dtype=DTYPES[dtype],
             )
     figures.update(case=case, backend=backend)
+    if dtype != "float32":
+        figures["dtype"] = dtype
     if backend == "max":
         from torch_max_backend import FallbackWarning, compile_stats
 

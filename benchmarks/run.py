@@ -56,6 +56,7 @@ def _child(
     warm: bool,
     where: str,
     traced_backward: bool,
+    dtype: str,
 ) -> None:
     """Measure one case on one backend in this (fresh) process; print JSON."""
     figures = cases.measure(
@@ -66,6 +67,7 @@ def _child(
         first_call_only=warm,
         device=where,
         traced_backward=traced_backward,
+        dtype=dtype,
     )
     print(json.dumps(figures), flush=True)
 
@@ -111,6 +113,7 @@ def measure(case: str, backends: list[str], args: argparse.Namespace) -> list[di
     child += device.child_args(args.device)
     if args.traced_backward:
         child.append("--traced-backward")
+    child += ["--dtype", args.dtype]
     cold = args.caches == "cold"
     processes: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
     failed: dict[str, str] = {}
@@ -197,6 +200,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         help="training steps with their backward traced into the forward's "
         "graph (torch._dynamo.config.trace_autograd_ops), for every backend",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=list(cases.DTYPES),
+        default="float32",
+        help="the models' parameters and floating inputs in this type, for "
+        "every backend (default float32, the docs' tables)",
+    )
     args = parser.parse_args(argv)
 
     if args.child:
@@ -207,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             args.warm,
             args.device,
             args.traced_backward,
+            args.dtype,
         )
         return
     if args.overhead:
@@ -220,6 +231,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     if args.traced_backward and args.docs:
         # docs/benchmarks.md's tables are the default settings'.
         parser.error("--traced-backward does not rewrite the docs: drop --docs")
+    if args.dtype != "float32" and args.docs:
+        parser.error(f"--dtype {args.dtype} does not rewrite the docs: drop --docs")
     models = [m for m in args.models.split(",") if m]
     backends = [b for b in args.backends.split(",") if b]
     for name in models:
@@ -269,6 +282,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         results["device"] = args.device
     if args.traced_backward:
         results["traced_backward"] = True
+    if args.dtype != "float32":
+        results["dtype"] = args.dtype
     print(tabulate(report.table(rows), headers=report.HEADERS, tablefmt="simple"))
     print()
     if args.device == "cpu":

@@ -113,6 +113,43 @@ def test_a_training_case_with_its_backward_traced_runs_in_every_process(
     assert "--traced-backward does not rewrite the docs" in capsys.readouterr().err
 
 
+def test_a_case_in_bfloat16_runs_its_model_and_inputs_in_it(monkeypatch, capsys):
+    row = cases.measure("mlp", "eager", runs=3, max_seconds=60.0, dtype="bfloat16")
+    assert row["dtype"] == "bfloat16" and row["max_abs_error"] == 0.0
+    seen = []
+    monkeypatch.setattr(
+        cases, "_inference", lambda *a, **kw: seen.append(kw["dtype"]) or {}
+    )
+    cases.measure("mlp", "eager", runs=3, max_seconds=60.0)
+    assert seen == [torch.float32]  # the default
+    monkeypatch.undo()
+    row = cases.measure(
+        "mlp-train", "eager", runs=3, max_seconds=60.0, dtype="bfloat16"
+    )
+    # The same bfloat16 steps from the same weights: the parameters agree.
+    assert row["max_abs_error"] == 0.0 and row["dtype"] == "bfloat16"
+    from benchmarks import run
+
+    children: list[list[str]] = []
+
+    def spawn(args: list[str], env: dict, timeout: float) -> dict:
+        if "--overhead" in args:
+            return dict(OVERHEAD)
+        children.append(args)
+        return {"first_call_s": 0.5} if "--warm" in args else _row("mlp", "max", 5.0)
+
+    monkeypatch.setattr(run, "_spawn", spawn)
+    monkeypatch.setattr(run.bandwidth, "measure", lambda: {"gbps": 20.0})
+    argv = ["--models", "mlp", "--backends", "max", "--caches", "user"]
+    results = run_main([*argv, "--dtype", "bfloat16"])
+    assert results["dtype"] == "bfloat16"
+    assert children and all(c[c.index("--dtype") + 1] == "bfloat16" for c in children)
+    # The docs' tables are float32's.
+    with pytest.raises(SystemExit):
+        run_main([*argv, "--dtype", "bfloat16", "--docs"])
+    assert "--dtype bfloat16 does not rewrite the docs" in capsys.readouterr().err
+
+
 def test_speedups_and_targets():
     lines = {line[0] + "/" + line[1]: line for line in report.table(ROWS)}
     assert lines["mlp/max"][8] == "2.50"  # 10 ms eager / 4 ms
