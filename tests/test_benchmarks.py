@@ -83,14 +83,10 @@ def test_eager_training_case_matches_its_reference():
     assert row["runs"] == 3
 
 
-def test_a_training_case_with_its_backward_traced_runs_in_every_process(
-    monkeypatch, capsys
-):
-    # Eager's step is the same with the loss detached before backward().
-    row = cases.measure(
-        "mlp-train", "eager", runs=3, max_seconds=60.0, traced_backward=True
-    )
-    assert row["max_abs_error"] == 0.0
+def _children_faked(monkeypatch) -> list[list[str]]:
+    """benchmarks.run's child processes faked (an MLP row each, the tiny
+    graph's overhead) and the memory read too: the list their arguments go
+    to."""
     from benchmarks import run
 
     children: list[list[str]] = []
@@ -103,6 +99,18 @@ def test_a_training_case_with_its_backward_traced_runs_in_every_process(
 
     monkeypatch.setattr(run, "_spawn", spawn)
     monkeypatch.setattr(run.bandwidth, "measure", lambda: {"gbps": 20.0})
+    return children
+
+
+def test_a_training_case_with_its_backward_traced_runs_in_every_process(
+    monkeypatch, capsys
+):
+    # Eager's step is the same with the loss detached before backward().
+    row = cases.measure(
+        "mlp-train", "eager", runs=3, max_seconds=60.0, traced_backward=True
+    )
+    assert row["max_abs_error"] == 0.0
+    children = _children_faked(monkeypatch)
     argv = ["--models", "mlp-train", "--backends", "max", "--caches", "user"]
     results = run_main([*argv, "--traced-backward"])
     assert results["traced_backward"] is True
@@ -128,18 +136,7 @@ def test_a_case_in_bfloat16_runs_its_model_and_inputs_in_it(monkeypatch, capsys)
     )
     # The same bfloat16 steps from the same weights: the parameters agree.
     assert row["max_abs_error"] == 0.0 and row["dtype"] == "bfloat16"
-    from benchmarks import run
-
-    children: list[list[str]] = []
-
-    def spawn(args: list[str], env: dict, timeout: float) -> dict:
-        if "--overhead" in args:
-            return dict(OVERHEAD)
-        children.append(args)
-        return {"first_call_s": 0.5} if "--warm" in args else _row("mlp", "max", 5.0)
-
-    monkeypatch.setattr(run, "_spawn", spawn)
-    monkeypatch.setattr(run.bandwidth, "measure", lambda: {"gbps": 20.0})
+    children = _children_faked(monkeypatch)
     argv = ["--models", "mlp", "--backends", "max", "--caches", "user"]
     results = run_main([*argv, "--dtype", "bfloat16"])
     assert results["dtype"] == "bfloat16"
