@@ -165,19 +165,28 @@ def _kernel_product(
     mat2: TensorValue,
     /,
     *,
-    rows_given: TensorValue | None = None,
+    rows_as_stored: bool = False,
     more: Sequence[TensorValue] = (),
     **parameters: Parameter,
 ) -> TensorValue:
     """``rows @ mat2`` by one of our product kernels, which reads the weight
-    where it is stored and is told its layout (``weight_nk``); the kernel is
-    handed ``rows_given`` for the rows where set (as they are stored), and
-    ``more`` operands after the weight."""
+    where it is stored and is told its layout (``weight_nk``), and ``more``
+    operands after the weight. With ``rows_as_stored`` (a kernel that reads
+    rows either way) rows that are a stored matrix read transposed (a weight
+    gradient's dY^T) go to it as stored, and it is told so (``x_km``): MAX
+    would otherwise copy them transposed for the call, a pass at its
+    transpose's few GB/s."""
     stored, stored_nk = _stored_weight(mat2)
+    given = rows
+    if rows_as_stored:
+        node = current().node
+        x_km = _reads_stored_rows(node.args[_left_index(node)])
+        given = ops.transpose(rows, 0, 1) if x_km else rows
+        parameters = {**parameters, "x_km": x_km}
     (product,) = custom(
         library,
         kernel,
-        [rows if rows_given is None else rows_given, stored, *more],
+        [given, stored, *more],
         [TensorType(rows.dtype, [rows.shape[0], mat2.shape[1]], rows.device)],
         rows.device,
         parameters={**parameters, "weight_nk": stored_nk},
@@ -232,19 +241,9 @@ def tiled_fits(node: torch.fx.Node) -> str | None:
 
 def tiled_product(rows: TensorValue, mat2: TensorValue) -> TensorValue:
     # Compiles in seconds where a graph's first MAX matmul costs about 50 s
-    # (kernels/mojo_tiled/tiled_matmul.mojo). Rows that are a stored matrix
-    # read transposed (a weight gradient's dY^T) go to it as stored: MAX
-    # would otherwise copy them transposed for the call, a pass at its
-    # transpose's few GB/s.
-    node = current().node
-    x_km = _reads_stored_rows(node.args[_left_index(node)])
+    # (kernels/mojo_tiled/tiled_matmul.mojo).
     return _kernel_product(
-        TILED,
-        "torch_max_backend_tiled_matmul",
-        rows,
-        mat2,
-        rows_given=ops.transpose(rows, 0, 1) if x_km else None,
-        x_km=x_km,
+        TILED, "torch_max_backend_tiled_matmul", rows, mat2, rows_as_stored=True
     )
 
 
@@ -298,20 +297,11 @@ def paired_product(
     pair dot products (kernels/mojo_paired), summed in float32 with the bias
     (N values) and rounded once, as PyTorch's addmm does. Rows that are a
     stored matrix read transposed (a weight gradient's dY^T) go to it as
-    stored (``x_km``), and it turns them into rows of pairs itself, in
-    registers: MAX would otherwise copy them transposed for the call."""
+    stored, and it turns them into rows of pairs itself, in registers."""
     if bias is None:
         bias = vendor_blas.no_bias(rows.dtype, rows.device)
-    node = current().node
-    x_km = _reads_stored_rows(node.args[_left_index(node)])
     return _kernel_product(
-        PAIRED,
-        pair_dot.KERNEL,
-        rows,
-        mat2,
-        rows_given=ops.transpose(rows, 0, 1) if x_km else None,
-        more=[bias],
-        x_km=x_km,
+        PAIRED, pair_dot.KERNEL, rows, mat2, rows_as_stored=True, more=[bias]
     )
 
 

@@ -21,8 +21,8 @@ from std.memory import bitcast, stack_allocation
 from std.memory.alloc import unsafe_alloc
 from std.sys.info import num_physical_cores
 
-from .pairs import LANES as _LANES
 from .pair_rows import pair_rows
+from .pairs import LANES as _LANES
 from .pairs import F32x16, pair_dot, rounded, transpose16
 from .row_dots import FEW_ROWS, few_rows
 
